@@ -1,0 +1,42 @@
+"""agentopd_jax: RL post-training (GRPO, Agentic-OPD, OPID, SDAR) for multi-turn LLM agents, in JAX.
+
+Pins are the versions tested together on Python 3.11 (see docs/ and shared research notes).
+"""
+from setuptools import find_packages, setup
+
+CORE = [
+    "jax==0.10.2",
+    "jaxlib==0.10.2",
+    "flax==0.12.8",
+    "optax==0.2.8",
+    "orbax-checkpoint==0.12.8",
+    "chex==0.1.92",
+    "ml-collections==1.1.0",
+    "numpy>=2.0,<2.5",
+    "tqdm==4.70.1",
+    # Tokenizers, configs and safetensors I/O; transformers v5 has no Flax models, ours are our own code.
+    "transformers==5.24.0",
+    "tokenizers==0.23.3",
+    "safetensors==0.8.0",
+]
+
+EXTRAS = {
+    # torch is only for parity tests/benchmarks against transformers. Keep the exact pin: an unpinned torch
+    # resolves to a multi-GB CUDA build.
+    "torch": ["torch==2.13.0"],
+    "test": ["torch==2.13.0", "pytest>=8", "hypothesis>=6.100"],
+    "data": ["tensorflow-datasets==4.9.10", "array-record==0.8.6", "grain==0.2.18"],
+    "envs": ["textworld[pddl]==1.7.0", "alfworld==0.4.2"],
+    "retrieval": ["bm25s==0.3.16"],
+    "plot": ["matplotlib==3.11.2"],
+}
+
+setup(
+    name="agentopd_jax",
+    version="0.1.0",
+    description="RL and on-policy distillation for multi-turn LLM agents in JAX",
+    packages=find_packages(include=["agentopd_jax", "agentopd_jax.*"]),
+    python_requires=">=3.11",
+    install_requires=CORE,
+    extras_require=EXTRAS,
+)
