@@ -194,7 +194,8 @@ ALFWORLD_OBJECTS = (
 )  # fmt: skip
 _OPENABLE = ("fridge", "cabinet", "microwave", "drawer", "safe")
 _GOALS = (
-    "put a {o} in {r}.", "put some {o} on {r}.", "look at {o} under the desklamp.", "examine the {o} with the floorlamp.",
+    "put a {o} in {r}.", "put some {o} on {r}.", "look at {o} under the desklamp.",
+    "examine the {o} with the floorlamp.",
     "put a clean {o} in {r}.", "clean some {o} and put it in {r}.", "put a hot {o} in {r}.",
     "heat some {o} and put it in {r}.", "put a cool {o} in {r}.", "cool some {o} and put it in {r}.",
     "put two {o} in {r}.", "find two {o} and put them in {r}.",
@@ -230,6 +231,12 @@ def _join_a(names: Sequence[str]) -> str:
     if len(items) == 1:
         return items[0]
     return ", ".join(items[:-1]) + ", and " + items[-1]
+
+
+def _history(records: Sequence[tuple[str, str]], first: int) -> str:
+    """verl-agent SimpleMemory.fetch: one '[Observation n: ..., Action n: ...]' line per record."""
+    lines = (f"[Observation {first + i}: '{ob}', Action {first + i}: '{ac}']" for i, (ob, ac) in enumerate(records))
+    return "\n".join(lines)
 
 
 def _alfworld_episode(rng: random.Random) -> list[str]:
@@ -294,11 +301,8 @@ def _alfworld_episode(rng: random.Random) -> list[str]:
         if step == 0:
             prompt = ALFWORLD_TEMPLATE_NO_HIS.format(current_observation=obs, admissible_actions=actions)
         else:
-            recent = memory[-2:]
-            history = "\n".join(
-                f"[Observation {len(memory) - len(recent) + i + 1}: '{ob}', Action {len(memory) - len(recent) + i + 1}: '{ac}']"
-                for i, (ob, ac) in enumerate(recent)
-            )
+            recent = memory[-2:]  # verl-agent's default env.history_length
+            history = _history(recent, first=len(memory) - len(recent) + 1)
             prompt = ALFWORLD_TEMPLATE.format(
                 task_description=goal, step_count=len(memory), history_length=len(recent), action_history=history,
                 current_step=len(memory) + 1, current_observation=obs, admissible_actions=actions,
@@ -315,11 +319,13 @@ def _webshop_episode(rng: random.Random) -> list[str]:
     color, size, price = rng.choice(_WS_COLORS), rng.choice(_WS_SIZES), rng.choice((10, 20, 30, 40, 50, 100))
     task = f"i need a {adj} {noun} with color: {color}, and size: {size}, and price lower than {price}.00 dollars"
     asins = [
-        "B0" + "".join(rng.choice("ABCDEFGHJKLMNPQRSTUVWXYZ0123456789") for _ in range(8)) for _ in range(rng.randint(2, 5))
+        "B0" + "".join(rng.choice("ABCDEFGHJKLMNPQRSTUVWXYZ0123456789") for _ in range(8))
+        for _ in range(rng.randint(2, 5))
     ]
     results = ["Back to Search", f"Page 1 (Total results: {rng.randint(10, 50)})", "Next >"]
     for a in asins:
-        results += [a, f"{adj.title()} {noun.title()} {rng.choice(_WS_SIZES)}", f"${rng.randint(3, 99)}.{rng.randint(0, 99):02d}"]
+        title = f"{adj.title()} {noun.title()} {rng.choice(_WS_SIZES)}"
+        results += [a, title, f"${rng.randint(3, 99)}.{rng.randint(0, 99):02d}"]
     item = ["Back to Search", "< Prev", "color", color, rng.choice(_WS_COLORS), "size", size,
             f"{adj.title()} {noun.title()}", f"Price: ${rng.randint(3, 99)}.99", "Rating: N.A.", "Description",
             "Features", "Reviews", "Buy Now"]  # fmt: skip
@@ -334,9 +340,11 @@ def _webshop_episode(rng: random.Random) -> list[str]:
         obs = " [SEP] ".join(f"'{p}'" for p in parts)
         available = "\n".join(f"'{c}'," for c in clickables)
         if step == 0:
-            prompt = WEBSHOP_TEMPLATE_NO_HIS.format(task_description=task, current_observation=obs, available_actions=available)
+            prompt = WEBSHOP_TEMPLATE_NO_HIS.format(
+                task_description=task, current_observation=obs, available_actions=available
+            )
         else:
-            history = "\n".join(f"[Observation {i + 1}: '{ob}', Action {i + 1}: '{ac}']" for i, (ob, ac) in enumerate(memory))
+            history = _history(memory, first=1)
             prompt = WEBSHOP_TEMPLATE.format(
                 task_description=task, step_count=len(memory), history_length=len(memory), action_history=history,
                 current_step=len(memory) + 1, current_observation=obs, available_actions=available,
@@ -352,7 +360,7 @@ def _search_episode(rng: random.Random) -> list[str]:
     question = rng.choice(_SR_QUESTIONS).format(s=subject) + "?"
     answer = rng.choice(_SR_ANSWERS)
     docs = "".join(
-        f"Doc {i + 1}: \"{subject.title()}\"\n{subject.capitalize()} is often associated with {rng.choice(_SR_ANSWERS)}.\n"
+        f'Doc {i + 1}: "{subject.title()}"\n{subject.capitalize()} is associated with {rng.choice(_SR_ANSWERS)}.\n'
         for i in range(3)
     )
     information = "<information>" + json.dumps({"result": docs}) + "</information>"
@@ -424,7 +432,8 @@ def build_tokenizer(out_dir: str | os.PathLike, texts: Sequence[str] | None = No
         eos_token=IM_END,
         pad_token=PAD_TOKEN,
         extra_special_tokens=[IM_START],
-        # Default cleanup rewrites " ." -> "." on decode, which would break lossless round trips.
+        # Cleanup rewrites " ." -> "." on decode and breaks lossless round trips; v5 already skips it
+        # for BPE, but saying so in tokenizer_config.json keeps older transformers from applying it.
         clean_up_tokenization_spaces=False,
     )
     tok.chat_template = QWEN_CHAT_TEMPLATE

@@ -51,11 +51,15 @@ class KVCache:
                segment_ids=jnp.zeros((batch, capacity), jnp.int32), lengths=jnp.zeros((batch,), jnp.int32))
 
 
-def _write_rows(buffer: jnp.ndarray, chunk: jnp.ndarray, starts: jnp.ndarray) -> jnp.ndarray:
-  """buffer[b, starts[b]:starts[b]+T] = chunk[b] for every row b (callers guarantee it fits)."""
-  def one(buf, new, start):
-    return jax.lax.dynamic_update_slice(buf, new, (start,) + (0,) * (buf.ndim - 1))
-  return jax.vmap(one)(buffer, chunk.astype(buffer.dtype), starts)
+def _write_rows(buffer: jnp.ndarray, chunk: jnp.ndarray, starts: jnp.ndarray, valid: jnp.ndarray) -> jnp.ndarray:
+  """buffer[b, starts[b] + i] = chunk[b, i] where valid[b, i]; padding is dropped, never written.
+
+  Dropping (rather than writing zeros) keeps the invariant that slots past a row's length were never touched,
+  and an out-of-range write is discarded instead of being clamped onto live slots.
+  """
+  b, t = chunk.shape[:2]
+  slots = jnp.where(valid, starts[:, None] + jnp.arange(t)[None, :], buffer.shape[1])
+  return buffer.at[jnp.arange(b)[:, None], slots].set(chunk.astype(buffer.dtype), mode="drop")
 
 
 class RMSNorm(nn.Module):
@@ -75,7 +79,7 @@ class Attention(nn.Module):
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, x, cos, sin, mask, layer_cache, write_starts):
+  def __call__(self, x, cos, sin, mask, layer_cache, write_starts, write_valid):
     c = self.config
     dt = c.compute_dtype
     d, h, kv, hd = c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim
@@ -94,8 +98,8 @@ class Attention(nn.Module):
     k = apply_rope(k, cos, sin)
 
     if layer_cache is not None:
-      k_all = _write_rows(layer_cache[0], k, write_starts)
-      v_all = _write_rows(layer_cache[1], v, write_starts)
+      k_all = _write_rows(layer_cache[0], k, write_starts, write_valid)
+      v_all = _write_rows(layer_cache[1], v, write_starts, write_valid)
       new_layer_cache = (k_all, v_all)
     else:
       k_all, v_all, new_layer_cache = k, v, None
@@ -131,9 +135,9 @@ class DecoderLayer(nn.Module):
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, x, layer_cache, cos, sin, mask, write_starts):
+  def __call__(self, x, layer_cache, cos, sin, mask, write_starts, write_valid):
     attn_out, new_cache = Attention(self.config, name="attn")(
-        RMSNorm(self.config, name="input_norm")(x), cos, sin, mask, layer_cache, write_starts)
+        RMSNorm(self.config, name="input_norm")(x), cos, sin, mask, layer_cache, write_starts, write_valid)
     x = x + attn_out
     x = x + MLP(self.config, name="mlp")(RMSNorm(self.config, name="post_attn_norm")(x))
     return x, new_cache
@@ -160,7 +164,7 @@ class Decoder(nn.Module):
       k_seg, write_starts, layer_caches = segment_ids, None, None
     else:
       write_starts = cache.lengths
-      k_seg = _write_rows(cache.segment_ids, segment_ids, write_starts)
+      k_seg = _write_rows(cache.segment_ids, segment_ids, write_starts, segment_ids != 0)
       q_idx = write_starts[:, None] + jnp.arange(t)[None, :]
       k_idx = jnp.arange(cache.capacity)[None, :]
       layer_caches = (cache.k, cache.v)
@@ -172,9 +176,9 @@ class Decoder(nn.Module):
     if c.remat:
       layer = nn.remat(layer, prevent_cse=False)
     stack = nn.scan(layer, variable_axes={"params": 0}, split_rngs={"params": True},
-                    in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
+                    in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
                     length=c.num_layers, metadata_params={nn.PARTITION_NAME: "layers"})
-    x, new_layer_caches = stack(c, name="layers")(x, layer_caches, cos, sin, mask, write_starts)
+    x, new_layer_caches = stack(c, name="layers")(x, layer_caches, cos, sin, mask, write_starts, segment_ids != 0)
     x = RMSNorm(c, name="final_norm")(x)
     if not c.tie_embeddings:
       _param(self, "lm_head", (c.hidden_size, c.vocab_size), ("embed", "vocab"))

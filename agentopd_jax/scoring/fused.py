@@ -1,0 +1,156 @@
+"""One jitted scoring step: policy, reference and teacher per-token log-probs of the same tokens, at once.
+
+Token convention: everything is indexed by the *target* position. `logprobs[b, t]` is log p(tokens[b, t] |
+tokens[b, :t]) for t >= 1; position 0 has no prediction and is always 0. Outputs are zero outside `loss_mask`.
+
+Teacher modes:
+  * "params":  another parameter pytree (e.g. a checkpoint teacher) on the student's own tokens.
+  * "context": the *policy's* parameters on a different sequence, `teacher_tokens`, e.g. the prompt with a skill
+    inserted before the response (privileged context). `teacher_index[b, t]` is the position in `teacher_tokens`
+    of the token that equals `tokens[b, t]`, for every loss position; the teacher's hidden state one position
+    earlier is aligned to the student's, so all statistics are computed exactly as for the other modes.
+
+Teacher and reference outputs are stop-gradient; policy outputs carry gradients (use inside a loss).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Optional
+
+import chex
+import jax
+import jax.numpy as jnp
+
+from agentopd_jax.models import transformer
+from agentopd_jax.models.config import ModelConfig
+from agentopd_jax.scoring.chunked import token_stats
+
+TEACHER_MODES = ("none", "params", "context")
+
+
+@dataclasses.dataclass(frozen=True)
+class ScoreConfig:
+  """Which branches to run and how. Each combination compiles once; switching one off never touches the others."""
+  policy: bool = True
+  reference: bool = True
+  teacher: str = "none"
+  top_k: int = 16
+  vocab_chunk: int = 8192
+  temperature: float = 1.0
+  entropy: bool = True
+
+  def __post_init__(self):
+    if self.teacher not in TEACHER_MODES:
+      raise ValueError(f"ScoreConfig.teacher must be one of {TEACHER_MODES}, got {self.teacher!r}")
+    if self.top_k and not self.policy:
+      raise ValueError("ScoreConfig.top_k > 0 needs the policy branch (the top-k ids are the policy's)")
+
+
+@chex.dataclass
+class ScoreBatch:
+  tokens: jnp.ndarray                              # [B, T] int32
+  segment_ids: jnp.ndarray                         # [B, T] int32, 0 = padding, >0 = sequence id (packing)
+  loss_mask: jnp.ndarray                           # [B, T] which target tokens are scored
+  positions: Optional[jnp.ndarray] = None          # [B, T]; default: restart at 0 per segment
+  teacher_tokens: Optional[jnp.ndarray] = None     # [B, Tt] ("context" mode)
+  teacher_segment_ids: Optional[jnp.ndarray] = None
+  teacher_positions: Optional[jnp.ndarray] = None
+  teacher_index: Optional[jnp.ndarray] = None      # [B, T] int32 into teacher_tokens
+
+
+@chex.dataclass
+class Scores:
+  """All [B, T] (or [B, T, k]); zero outside the loss mask. Absent branches are None."""
+  policy_logprobs: Optional[jnp.ndarray] = None
+  policy_entropy: Optional[jnp.ndarray] = None
+  policy_topk_ids: Optional[jnp.ndarray] = None
+  policy_topk_logprobs: Optional[jnp.ndarray] = None
+  reference_logprobs: Optional[jnp.ndarray] = None
+  teacher_logprobs: Optional[jnp.ndarray] = None
+  teacher_topk_logprobs: Optional[jnp.ndarray] = None   # teacher log-probs at the policy's top-k ids
+  teacher_gap: Optional[jnp.ndarray] = None              # teacher - policy log-prob of the sampled token
+  reference_gap: Optional[jnp.ndarray] = None            # reference - policy log-prob of the sampled token
+
+
+def _shift_in(x: jnp.ndarray) -> jnp.ndarray:
+  """[B, T-1, ...] predictions for targets 1..T-1 -> [B, T, ...] with a zero row for target 0."""
+  return jnp.concatenate([jnp.zeros_like(x[:, :1]), x], axis=1)
+
+
+def score(config: ModelConfig, score_config: ScoreConfig, policy_params, reference_params, teacher_params,
+          batch: ScoreBatch) -> Scores:
+  """Pure scoring function (differentiable w.r.t. `policy_params`); see `make_score_fn` for the jitted step."""
+  sc = score_config
+  chex.assert_rank([batch.tokens, batch.segment_ids, batch.loss_mask], 2)
+  chex.assert_equal_shape([batch.tokens, batch.segment_ids, batch.loss_mask])
+  tokens = batch.tokens
+  targets = tokens[:, 1:]
+  mask = batch.loss_mask.astype(jnp.float32).at[:, 0].set(0.0)
+  stats_kw = dict(chunk=sc.vocab_chunk, temperature=sc.temperature, compute_dtype=config.compute_dtype)
+
+  def hidden_of(params, toks, seg, pos):
+    h, _ = transformer.forward(config, params, toks, pos, seg)
+    return h
+
+  def masked(x):
+    return x * (mask[..., None] if x.ndim == 3 else mask)
+
+  out = Scores()
+  policy_lp = None
+  topk_ids = None
+  if sc.policy:
+    h = hidden_of(policy_params, tokens, batch.segment_ids, batch.positions)
+    st = token_stats(h[:, :-1], transformer.unembed_weight(config, policy_params), targets, top_k=sc.top_k,
+                     entropy=sc.entropy, **stats_kw)
+    policy_lp = masked(_shift_in(st.logprobs))
+    out.policy_logprobs = policy_lp
+    if sc.entropy:
+      out.policy_entropy = masked(_shift_in(st.entropy))
+    if sc.top_k:
+      topk_ids = jax.lax.stop_gradient(_shift_in(st.topk_ids))
+      out.policy_topk_ids = topk_ids * mask[..., None].astype(jnp.int32)
+      out.policy_topk_logprobs = masked(_shift_in(st.topk_logprobs))
+
+  if sc.reference:
+    if reference_params is None:
+      raise ValueError("ScoreConfig.reference=True but no reference params were given")
+    h = hidden_of(reference_params, tokens, batch.segment_ids, batch.positions)
+    st = token_stats(h[:, :-1], transformer.unembed_weight(config, reference_params), targets, **stats_kw)
+    out.reference_logprobs = jax.lax.stop_gradient(masked(_shift_in(st.logprobs)))
+    if policy_lp is not None:
+      out.reference_gap = out.reference_logprobs - policy_lp
+
+  if sc.teacher != "none":
+    if sc.teacher == "params":
+      if teacher_params is None:
+        raise ValueError("ScoreConfig.teacher='params' but no teacher params were given")
+      t_params = teacher_params
+      h = hidden_of(t_params, tokens, batch.segment_ids, batch.positions)[:, :-1]
+    else:
+      if batch.teacher_tokens is None or batch.teacher_index is None:
+        raise ValueError("ScoreConfig.teacher='context' needs batch.teacher_tokens and batch.teacher_index")
+      t_params = policy_params
+      t_seg = batch.teacher_segment_ids
+      if t_seg is None:
+        t_seg = jnp.ones_like(batch.teacher_tokens)
+      h_full = hidden_of(t_params, batch.teacher_tokens, t_seg, batch.teacher_positions)
+      # The teacher state that predicts teacher_tokens[idx] sits at idx - 1.
+      src = jnp.clip(batch.teacher_index[:, 1:] - 1, 0, h_full.shape[1] - 1)
+      h = jnp.take_along_axis(h_full, src[..., None], axis=1)
+    st = token_stats(h, transformer.unembed_weight(config, t_params), targets,
+                     gather_ids=None if topk_ids is None else topk_ids[:, 1:], **stats_kw)
+    out.teacher_logprobs = jax.lax.stop_gradient(masked(_shift_in(st.logprobs)))
+    if topk_ids is not None:
+      out.teacher_topk_logprobs = jax.lax.stop_gradient(masked(_shift_in(st.gathered_logprobs)))
+    if policy_lp is not None:
+      out.teacher_gap = out.teacher_logprobs - policy_lp
+  return out
+
+
+def make_score_fn(config: ModelConfig, score_config: ScoreConfig):
+  """jit(score) for one model/score config: `fn(policy_params, reference_params, teacher_params, batch)`.
+
+  Pass None for the params of a branch that is switched off.
+  """
+  return jax.jit(functools.partial(score, config, score_config))
