@@ -8,3 +8,44 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402  (after the environment set-up above)
+
+# Tiny random Hugging Face checkpoints, one per supported family, built locally (no downloads). Biases and norm
+# scales are perturbed away from their 0/1 initialisation so a mapping mistake cannot hide behind them.
+HF_FAMILIES = ("qwen2", "qwen3", "llama")
+
+
+def _hf_model(family: str):
+  import torch
+  import transformers as tf
+
+  torch.manual_seed({"qwen2": 0, "qwen3": 1, "llama": 2}[family])
+  common = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+  if family == "qwen2":
+    model = tf.Qwen2ForCausalLM(tf.Qwen2Config(**common, tie_word_embeddings=False, rope_theta=10000.0))
+  elif family == "qwen3":
+    model = tf.Qwen3ForCausalLM(tf.Qwen3Config(**common, head_dim=32, tie_word_embeddings=True))
+  else:
+    model = tf.LlamaForCausalLM(tf.LlamaConfig(
+        **common, tie_word_embeddings=False, rope_theta=500000.0,
+        rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                          original_max_position_embeddings=64)))
+  with torch.no_grad():
+    for name, p in model.named_parameters():
+      if "norm" in name or "bias" in name:
+        p.add_(0.1 * torch.randn_like(p))
+  return model.eval()
+
+
+@pytest.fixture(scope="session")
+def hf_checkpoints(tmp_path_factory):
+  """{family: (torch model, folder written by save_pretrained)}."""
+  out = {}
+  for family in HF_FAMILIES:
+    model = _hf_model(family)
+    path = tmp_path_factory.mktemp(f"hf_{family}")
+    model.save_pretrained(path)
+    out[family] = (model, str(path))
+  return out

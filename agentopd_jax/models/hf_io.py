@@ -21,7 +21,6 @@ from jax.sharding import Mesh, SingleDeviceSharding
 
 from agentopd_jax.models.config import ModelConfig
 from agentopd_jax.models import transformer
-from agentopd_jax.parallel import sharding as sharding_lib
 
 _ST_DTYPES = {
     "F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
@@ -141,7 +140,7 @@ def load_hf(path: str, mesh: Optional[Mesh] = None, rules: Optional[dict] = None
   config = ModelConfig.from_hf_dir(path, **{**dtype_kw, **config_overrides})
   abstract = transformer.abstract_params(config)
   if mesh is not None:
-    shardings = sharding_lib.param_shardings(transformer.logical_axes(config), abstract, mesh, rules)
+    shardings = transformer.param_shardings(config, mesh, rules)
   else:
     shardings = jax.tree.map(lambda _: SingleDeviceSharding(jax.devices()[0]), abstract)
 

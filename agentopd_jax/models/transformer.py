@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from agentopd_jax.models.config import ModelConfig
+from agentopd_jax.parallel import sharding as sharding_lib
 from agentopd_jax.models.rope import apply_rope, inverse_frequencies, rope_angles
 
 _init = nn.initializers.normal(stddev=0.02)
@@ -217,8 +218,8 @@ def positions_from_segments(segment_ids: jnp.ndarray) -> jnp.ndarray:
 def init_params(config: ModelConfig, rng: jax.Array):
   """Random parameters (unboxed plain pytree) for `config`."""
   tokens = jnp.zeros((1, 1), jnp.int32)
-  variables = Decoder(config).init(rng, tokens, tokens, jnp.ones_like(tokens))
-  return nn.meta.unbox(variables)["params"]
+  init = jax.jit(lambda key: nn.meta.unbox(Decoder(config).init(key, tokens, tokens, jnp.ones_like(tokens))))
+  return init(rng)["params"]
 
 
 def logical_axes(config: ModelConfig):
@@ -233,6 +234,11 @@ def abstract_params(config: ModelConfig):
   tokens = jnp.zeros((1, 1), jnp.int32)
   abstract = jax.eval_shape(lambda: Decoder(config).init(jax.random.key(0), tokens, tokens, jnp.ones_like(tokens)))
   return nn.meta.unbox(abstract)["params"]
+
+
+def param_shardings(config: ModelConfig, mesh, rules=None):
+  """NamedShardings of the params on `mesh` via the logical-axis rules (see `parallel.sharding`)."""
+  return sharding_lib.param_shardings(logical_axes(config), abstract_params(config), mesh, rules)
 
 
 def forward(config: ModelConfig, params, tokens, positions=None, segment_ids=None, cache=None):

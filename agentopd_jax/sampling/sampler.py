@@ -153,6 +153,15 @@ def _decode(config: ModelConfig, params, state: DecodeState, key, active, max_ne
   return state, toks, lps, mlps, n_gen, reasons
 
 
+@functools.lru_cache(maxsize=None)
+def _jitted_steps(config: ModelConfig):
+  """One pair of jitted steps per model config, shared by all samplers so nothing compiles twice."""
+  append = jax.jit(functools.partial(_append, config), donate_argnums=(1,))
+  decode = jax.jit(functools.partial(_decode, config), donate_argnums=(1,),
+                   static_argnames=("num_steps", "greedy", "top_k", "use_top_p", "pad_id"))
+  return append, decode
+
+
 class Sampler:
   """Jitted prefill + `lax.while_loop` decode over a static-shape KV cache.
 
@@ -169,9 +178,7 @@ class Sampler:
     self.pad_id = pad_id
     self.bucket = bucket
     self._token_bytes = None
-    self._append = jax.jit(functools.partial(_append, config), donate_argnums=(1,))
-    self._decode = jax.jit(functools.partial(_decode, config), donate_argnums=(1,),
-                           static_argnames=("num_steps", "greedy", "top_k", "use_top_p", "pad_id"))
+    self._append, self._decode = _jitted_steps(config)
 
   # --- public API ------------------------------------------------------------------------------------------
 

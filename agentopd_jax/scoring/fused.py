@@ -148,9 +148,11 @@ def score(config: ModelConfig, score_config: ScoreConfig, policy_params, referen
   return out
 
 
+@functools.lru_cache(maxsize=None)
 def make_score_fn(config: ModelConfig, score_config: ScoreConfig):
   """jit(score) for one model/score config: `fn(policy_params, reference_params, teacher_params, batch)`.
 
-  Pass None for the params of a branch that is switched off.
+  Pass None for the params of a branch that is switched off. Cached per config pair, so repeated calls share
+  one compilation cache.
   """
   return jax.jit(functools.partial(score, config, score_config))

@@ -1,0 +1,201 @@
+"""Parity of our Flax decoder with transformers (fp32, CPU) for Qwen2, Qwen3 and Llama 3, plus checkpoint I/O."""
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from agentopd_jax.models import hf_io, transformer
+from agentopd_jax.models.config import ModelConfig, preset, PRESETS
+from agentopd_jax.sampling.sampler import Sampler, SamplingParams
+
+from conftest import HF_FAMILIES
+
+TOL = 1e-4
+
+
+def _our_logits(config, params, tokens, segment_ids=None, positions=None):
+  hidden, _ = transformer.forward(config, params, jnp.asarray(tokens),
+                                  None if positions is None else jnp.asarray(positions),
+                                  None if segment_ids is None else jnp.asarray(segment_ids))
+  return np.asarray(transformer.logits_from_hidden(config, params, hidden))
+
+
+@pytest.mark.parametrize("family", HF_FAMILIES)
+def test_logits_match_transformers(hf_checkpoints, family):
+  model, path = hf_checkpoints[family]
+  config, params = hf_io.load_hf(path)
+  assert config.family == family
+  # 160 tokens: past Llama's original_max_position_embeddings=64, so llama3 rope scaling is exercised.
+  tokens = np.random.RandomState(0).randint(0, config.vocab_size, (3, 160))
+  with torch.no_grad():
+    expected = model(torch.tensor(tokens)).logits.numpy()
+  ours = _our_logits(config, params, tokens)
+  assert np.abs(ours - expected).max() <= TOL
+
+
+@pytest.mark.parametrize("family", HF_FAMILIES)
+def test_greedy_generation_matches_transformers(hf_checkpoints, family):
+  model, path = hf_checkpoints[family]
+  config, params = hf_io.load_hf(path)
+  prompts = [[3, 17, 42, 99, 5, 8], [250, 1, 77], [9] * 11]
+  out = Sampler(config).generate(params, prompts, jax.random.key(0),
+                                 SamplingParams(max_new_tokens=32, temperature=0.0))
+  for b, prompt in enumerate(prompts):
+    with torch.no_grad():
+      generated = model.generate(torch.tensor([prompt]), max_new_tokens=32, do_sample=False,
+                                 eos_token_id=None, pad_token_id=0)
+    assert out.row(b) == generated[0, len(prompt):].tolist()
+    assert out.finish_reasons[b] == "length"
+
+
+@pytest.mark.parametrize("family", HF_FAMILIES)
+def test_padding_and_packing_invariance(hf_checkpoints, family):
+  _, path = hf_checkpoints[family]
+  config, params = hf_io.load_hf(path)
+  rng = np.random.RandomState(1)
+  a, b = rng.randint(0, config.vocab_size, 23), rng.randint(0, config.vocab_size, 14)
+  ref_a, ref_b = _our_logits(config, params, a[None])[0], _our_logits(config, params, b[None])[0]
+
+  width = 30
+  right = np.zeros((2, width), np.int64)
+  right_seg = np.zeros((2, width), np.int32)
+  right[0, :23], right_seg[0, :23] = a, 1
+  right[1, :14], right_seg[1, :14] = b, 1
+  out = _our_logits(config, params, right, right_seg)
+  np.testing.assert_allclose(out[0, :23], ref_a, atol=TOL)
+  np.testing.assert_allclose(out[1, :14], ref_b, atol=TOL)
+
+  left = np.zeros((2, width), np.int64)
+  left_seg = np.zeros((2, width), np.int32)
+  left[0, -23:], left_seg[0, -23:] = a, 1
+  left[1, -14:], left_seg[1, -14:] = b, 1
+  out = _our_logits(config, params, left, left_seg)
+  np.testing.assert_allclose(out[0, -23:], ref_a, atol=TOL)
+  np.testing.assert_allclose(out[1, -14:], ref_b, atol=TOL)
+
+  packed = np.concatenate([a, b, [0, 0, 0]])[None]
+  packed_seg = np.array([[1] * 23 + [2] * 14 + [0] * 3], np.int32)
+  out = _our_logits(config, params, packed, packed_seg)
+  np.testing.assert_allclose(out[0, :23], ref_a, atol=TOL)
+  np.testing.assert_allclose(out[0, 23:37], ref_b, atol=TOL)
+
+
+def test_positions_from_segments():
+  seg = jnp.array([[0, 0, 1, 1, 1], [1, 1, 2, 2, 0], [3, 3, 3, 0, 0]])
+  np.testing.assert_array_equal(transformer.positions_from_segments(seg),
+                                [[0, 0, 0, 1, 2], [0, 1, 0, 1, 0], [0, 1, 2, 0, 0]])
+
+
+@pytest.mark.parametrize("family", HF_FAMILIES)
+def test_save_then_transformers_load_round_trip(hf_checkpoints, tmp_path, family):
+  model, path = hf_checkpoints[family]
+  config, params = hf_io.load_hf(path)
+  # Perturb so the round trip cannot pass by re-reading the original file.
+  params = jax.tree.map(lambda x: x * 1.5, params)
+  out_dir = str(tmp_path / "saved")
+  hf_io.save_hf(out_dir, config, params)
+  reloaded = transformers.AutoModelForCausalLM.from_pretrained(out_dir).eval()
+  tokens = np.random.RandomState(2).randint(0, config.vocab_size, (2, 40))
+  with torch.no_grad():
+    theirs = reloaded(torch.tensor(tokens)).logits.numpy()
+  np.testing.assert_allclose(_our_logits(config, params, tokens), theirs, atol=TOL)
+  # And back into JAX: identical arrays.
+  config2, params2 = hf_io.load_hf(out_dir)
+  assert config2 == config
+  jax.tree.map(np.testing.assert_array_equal, params2, params)
+
+
+def test_sharded_checkpoint_with_index_and_bfloat16(hf_checkpoints, tmp_path):
+  _, path = hf_checkpoints["qwen2"]
+  config, params = hf_io.load_hf(path)
+  bf16 = config.replace(param_dtype="bfloat16", dtype="bfloat16")
+  params_bf16 = jax.tree.map(lambda x: x.astype(jnp.bfloat16), params)
+  out_dir = str(tmp_path / "sharded")
+  hf_io.save_hf(out_dir, bf16, params_bf16, max_shard_bytes=40_000)
+  files = sorted(os.listdir(out_dir))
+  assert "model.safetensors.index.json" in files
+  assert sum(f.endswith(".safetensors") for f in files) > 2
+  with open(os.path.join(out_dir, "model.safetensors.index.json")) as f:
+    assert len(json.load(f)["weight_map"]) == len(hf_io.to_hf_tensors(bf16, params_bf16))
+  loaded_cfg, loaded = hf_io.load_hf(out_dir)
+  assert loaded_cfg.param_dtype == "bfloat16" and loaded_cfg.dtype == "bfloat16"
+  jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), loaded, params_bf16)
+  assert loaded["embedding"].dtype == jnp.bfloat16
+  # transformers reads the bf16 shards too.
+  reloaded = transformers.AutoModelForCausalLM.from_pretrained(out_dir)
+  assert reloaded.model.embed_tokens.weight.dtype == torch.bfloat16
+  # Loading with an f32 override upcasts.
+  cfg32, p32 = hf_io.load_hf(out_dir, param_dtype="float32")
+  assert cfg32.dtype == "float32" and p32["embedding"].dtype == jnp.float32
+
+
+def test_read_safetensors_is_memory_mapped_and_handles_bf16(tmp_path):
+  from safetensors.flax import save_file
+  arr = np.arange(12, dtype=np.float32).reshape(3, 4).astype(ml_dtypes.bfloat16)
+  save_file({"x": jnp.asarray(arr), "y": jnp.arange(5, dtype=jnp.int32)}, str(tmp_path / "a.safetensors"))
+  tensors = hf_io.read_safetensors(str(tmp_path / "a.safetensors"))
+  assert isinstance(tensors["x"].base, np.memmap) or isinstance(tensors["x"], np.memmap)
+  np.testing.assert_array_equal(tensors["x"].astype(np.float32), arr.astype(np.float32))
+  np.testing.assert_array_equal(tensors["y"], np.arange(5))
+
+
+def test_loader_errors_name_the_problem(hf_checkpoints, tmp_path):
+  with pytest.raises(FileNotFoundError, match="does not exist"):
+    hf_io.load_hf(str(tmp_path / "nope"))
+  empty = tmp_path / "empty"
+  empty.mkdir()
+  (empty / "config.json").write_text(json.dumps(preset("tiny").to_hf_config()))
+  with pytest.raises(FileNotFoundError, match="safetensors"):
+    hf_io.load_hf(str(empty))
+  # A config that disagrees with the weights.
+  _, path = hf_checkpoints["qwen2"]
+  bad = tmp_path / "bad"
+  bad.mkdir()
+  for name in os.listdir(path):
+    os.link(os.path.join(path, name), bad / name) if name != "config.json" else None
+  cfg = json.load(open(os.path.join(path, "config.json")))
+  cfg["intermediate_size"] = 96
+  (bad / "config.json").write_text(json.dumps(cfg))
+  with pytest.raises(ValueError, match="mlp.gate_proj"):
+    hf_io.load_hf(str(bad))
+
+
+def test_config_from_hf_rejects_unsupported():
+  base = preset("tiny").to_hf_config()
+  with pytest.raises(ValueError, match="model_type"):
+    ModelConfig.from_hf_config({**base, "model_type": "gpt2"})
+  with pytest.raises(ValueError, match="use_sliding_window"):
+    ModelConfig.from_hf_config({**base, "use_sliding_window": True})
+  with pytest.raises(ValueError, match="rope type"):
+    ModelConfig.from_hf_config({**base, "rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4}})
+  # transformers v4 key layout (rope_theta + rope_scaling) is read too.
+  v4 = {k: v for k, v in preset("llama-3.2-1b").to_hf_config().items() if k != "rope_parameters"}
+  v4.update(rope_theta=500000.0, rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                                               "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})
+  assert ModelConfig.from_hf_config(v4).rope_llama3 == (32.0, 1.0, 4.0, 8192)
+
+
+@pytest.mark.parametrize("name,expected_millions", [
+    ("qwen2.5-0.5b", 494), ("qwen2.5-1.5b", 1544), ("qwen2.5-3b", 3086), ("qwen2.5-7b", 7616),
+    ("qwen3-1.7b", 1720), ("qwen3-4b", 4022), ("llama-3.2-1b", 1236)])
+def test_presets_have_public_parameter_counts(name, expected_millions):
+  # Published totals from the model cards (embedding counted once when tied); 1% covers their rounding.
+  assert abs(preset(name).num_params() / 1e6 - expected_millions) / expected_millions < 0.01
+
+
+def test_presets_round_trip_through_hf_config():
+  for name in PRESETS:
+    cfg = preset(name)
+    assert ModelConfig.from_hf_config(cfg.to_hf_config()) == cfg
+
+
+def test_tiny_preset_is_cpu_sized():
+  assert 1e6 <= preset("tiny").num_params() <= 5e6
+  params = transformer.init_params(preset("tiny"), jax.random.key(0))
+  assert sum(x.size for x in jax.tree.leaves(params)) == preset("tiny").num_params()

@@ -1,0 +1,149 @@
+"""KV-cache sampler: multi-turn continuation equals re-prefilling, log-probs equal the scorer's, clear errors."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from agentopd_jax.models import transformer
+from agentopd_jax.models.config import preset
+from agentopd_jax.sampling.sampler import Sampler, SamplingParams
+from agentopd_jax.scoring.fused import ScoreBatch, ScoreConfig, make_score_fn
+
+CONFIG = preset("tiny", vocab_size=300, num_layers=2, hidden_size=64, intermediate_size=128, num_heads=4,
+                num_kv_heads=2, head_dim=16)
+
+
+@pytest.fixture(scope="module")
+def params():
+  # A larger init scale gives peaked distributions, so greedy decoding has no near-ties between paths.
+  p = transformer.init_params(CONFIG, jax.random.key(0))
+  return jax.tree.map(lambda x: x * 3.0 if x.ndim >= 2 else x, p)
+
+
+def _sequence_logprobs(params, rows):
+  """Scoring-step log-probs of each row's tokens (target-indexed), one row per sequence."""
+  width = max(len(r) for r in rows)
+  tokens = np.zeros((len(rows), width), np.int32)
+  seg = np.zeros((len(rows), width), np.int32)
+  for i, r in enumerate(rows):
+    tokens[i, :len(r)], seg[i, :len(r)] = r, 1
+  fn = make_score_fn(CONFIG, ScoreConfig(reference=False, top_k=0, entropy=False))
+  out = fn(params, None, None, ScoreBatch(tokens=jnp.asarray(tokens), segment_ids=jnp.asarray(seg),
+                                          loss_mask=jnp.asarray(seg)))
+  return np.asarray(out.policy_logprobs)
+
+
+def test_three_turn_continuation_equals_reprefill(params):
+  greedy = SamplingParams(max_new_tokens=12, temperature=0.0)
+  prompts = [[5, 6, 7, 8, 9, 10], [11, 12], [13, 14, 15, 16]]
+  observations = [[[21, 22, 23], [24], [25, 26, 27, 28, 29]], [[31, 32], [33, 34, 35, 36], [37]]]
+  sampler = Sampler(CONFIG)
+  out = sampler.generate(params, prompts, jax.random.key(0), greedy, cache_size=128)
+  history = [p + out.row(b) for b, p in enumerate(prompts)]
+  turns = [out]
+  for obs in observations:
+    out = sampler.continue_generation(params, out.state, obs, jax.random.key(1), greedy)
+    turns.append(out)
+    for b in range(3):
+      history[b] = history[b] + obs[b] + out.row(b)
+
+  # Re-prefill: a fresh sampler run on each turn's full history must give the same tokens and log-probs.
+  fresh = Sampler(CONFIG)
+  replay = [list(p) for p in prompts]
+  for turn, out in enumerate(turns):
+    ref = fresh.generate(params, replay, jax.random.key(0), greedy, cache_size=128)
+    for b in range(3):
+      assert out.row(b) == ref.row(b)
+      np.testing.assert_allclose(out.model_logprobs[b, :out.lengths[b]], ref.model_logprobs[b, :ref.lengths[b]],
+                                 atol=1e-4)
+      replay[b] = replay[b] + out.row(b) + (observations[turn][b] if turn < len(observations) else [])
+
+  # And the scoring step of the whole multi-turn sequence agrees with the sampler at every generated token.
+  scored = _sequence_logprobs(params, history)
+  for b in range(3):
+    pos = len(prompts[b])
+    for turn, out in enumerate(turns):
+      n = out.lengths[b]
+      np.testing.assert_allclose(scored[b, pos:pos + n], out.model_logprobs[b, :n], atol=1e-4)
+      pos += n + (len(observations[turn][b]) if turn < len(observations) else 0)
+
+
+def test_sampled_logprobs_equal_scoring_logprobs(params):
+  # Temperature 1 without truncation: the sampling distribution is the model's, so both log-probs must agree.
+  prompts = [[1, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11]]
+  out = Sampler(CONFIG).generate(params, prompts, jax.random.key(7), SamplingParams(max_new_tokens=20))
+  np.testing.assert_allclose(out.logprobs, out.model_logprobs, atol=1e-5)
+  scored = _sequence_logprobs(params, [p + out.row(b) for b, p in enumerate(prompts)])
+  for b, p in enumerate(prompts):
+    np.testing.assert_allclose(scored[b, len(p):len(p) + out.lengths[b]], out.logprobs[b, :out.lengths[b]],
+                               atol=1e-4)
+
+
+def test_truncated_sampling_logprobs_are_renormalised(params):
+  prompts = [[1, 2, 3]] * 4
+  out = Sampler(CONFIG).generate(params, prompts, jax.random.key(3),
+                                 SamplingParams(max_new_tokens=8, temperature=0.7, top_k=5))
+  # Renormalised on 5 tokens at T=0.7: never less likely than under the full distribution.
+  assert np.all(out.logprobs >= out.model_logprobs - 1e-6)
+  assert np.all(out.logprobs >= np.log(1e-12))
+
+
+def test_deterministic_for_a_key(params):
+  sampling = SamplingParams(max_new_tokens=16, temperature=1.0, top_p=0.9)
+  prompts = [[3, 4, 5], [6, 7]]
+  a = Sampler(CONFIG).generate(params, prompts, jax.random.key(11), sampling)
+  b = Sampler(CONFIG).generate(params, prompts, jax.random.key(11), sampling)
+  c = Sampler(CONFIG).generate(params, prompts, jax.random.key(12), sampling)
+  np.testing.assert_array_equal(a.tokens, b.tokens)
+  np.testing.assert_array_equal(a.logprobs, b.logprobs)
+  assert not np.array_equal(a.tokens, c.tokens)
+
+
+def test_rows_finish_independently(params):
+  prompts = [[1, 2], [3, 4], [5, 6]]
+  greedy = SamplingParams(max_new_tokens=10, temperature=0.0)
+  full = Sampler(CONFIG).generate(params, prompts, jax.random.key(0), greedy)
+  stop_id = full.row(1)[3]  # row 1 must stop at the first occurrence of this id
+  out = Sampler(CONFIG).generate(params, prompts, jax.random.key(0),
+                                 SamplingParams(max_new_tokens=10, temperature=0.0, stop_token_ids=(stop_id,)),
+                                 row_max_new_tokens=[4, 10, 10])
+  assert out.lengths[0] == min(4, full.row(0).index(stop_id) + 1 if stop_id in full.row(0) else 4)
+  first = full.row(1).index(stop_id)
+  assert out.row(1) == full.row(1)[:first + 1] and out.finish_reasons[1] == "stop"
+  assert np.all(out.tokens[1, first + 1:] == 0)
+  # A finished row never disturbs the others: row 2 equals its unconstrained run up to its own stop.
+  expect2 = full.row(2)[:full.row(2).index(stop_id) + 1] if stop_id in full.row(2) else full.row(2)
+  assert out.row(2) == expect2
+
+
+def test_inactive_rows_are_left_untouched(params):
+  greedy = SamplingParams(max_new_tokens=6, temperature=0.0)
+  sampler = Sampler(CONFIG)
+  out = sampler.generate(params, [[1, 2, 3], [4, 5, 6]], jax.random.key(0), greedy, cache_size=64)
+  before = np.asarray(out.state.cache.lengths).copy()
+  out2 = sampler.continue_generation(params, out.state, [[7, 8], []], jax.random.key(0), greedy,
+                                     active=[True, False])
+  after = np.asarray(out2.state.cache.lengths)
+  assert out2.finish_reasons[1] == "inactive" and out2.lengths[1] == 0
+  assert after[1] == before[1]
+  assert after[0] == before[0] + 2 + 6  # old pending + first new token, then one fed token per decode step
+
+
+def test_cache_capacity_errors_are_clear(params):
+  sampler = Sampler(CONFIG)
+  with pytest.raises(ValueError, match="KV cache capacity exceeded for row 0"):
+    sampler.generate(params, [[1] * 40], jax.random.key(0), SamplingParams(max_new_tokens=30), cache_size=64)
+  out = sampler.generate(params, [[1, 2, 3]], jax.random.key(0), SamplingParams(max_new_tokens=8), cache_size=32)
+  with pytest.raises(ValueError, match="cache_size 32"):
+    sampler.continue_generation(params, out.state, [[5] * 20], jax.random.key(0), SamplingParams(max_new_tokens=8))
+
+
+def test_input_validation(params):
+  sampler = Sampler(CONFIG)
+  with pytest.raises(ValueError, match="at least one token"):
+    sampler.generate(params, [[1], []], jax.random.key(0), SamplingParams())
+  out = sampler.generate(params, [[1], [2]], jax.random.key(0), SamplingParams(max_new_tokens=2))
+  with pytest.raises(ValueError, match="no new tokens"):
+    sampler.continue_generation(params, out.state, [[3], []], jax.random.key(0), SamplingParams())
+  with pytest.raises(ValueError, match="need the Sampler to be built with a tokenizer"):
+    Sampler(CONFIG).generate(params, [[1]], jax.random.key(0), SamplingParams(stop_strings=("</action>",)))

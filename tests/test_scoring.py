@@ -1,0 +1,186 @@
+"""Fused scoring step: equals separate forward passes, privileged-context alignment, top-k gather, gradients."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from agentopd_jax.models import transformer
+from agentopd_jax.models.config import preset
+from agentopd_jax.scoring.chunked import token_stats
+from agentopd_jax.scoring.fused import ScoreBatch, ScoreConfig, make_score_fn, score
+
+# vocab 333 with chunk 64: the last chunk is partial, which exercises the shifted-and-masked final chunk.
+CONFIG = preset("tiny", vocab_size=333, num_layers=2, hidden_size=64, intermediate_size=128, num_heads=4,
+                num_kv_heads=2, head_dim=16)
+CHUNK = 64
+
+
+@pytest.fixture(scope="module")
+def three_params():
+  return [transformer.init_params(CONFIG, jax.random.key(i)) for i in range(3)]
+
+
+@pytest.fixture(scope="module")
+def batch():
+  b, t = 3, 24
+  tokens = jax.random.randint(jax.random.key(5), (b, t), 0, CONFIG.vocab_size)
+  seg = jnp.ones((b, t), jnp.int32).at[2, 17:].set(0)
+  mask = ((jnp.arange(t)[None] >= 6) & (seg > 0)).astype(jnp.float32)
+  return ScoreBatch(tokens=tokens, segment_ids=seg, loss_mask=mask)
+
+
+def _full_logprobs(params, tokens, segment_ids):
+  """Reference: one plain forward, full [B, T, V] log-softmax, target-indexed like the scorer."""
+  hidden, _ = transformer.forward(CONFIG, params, tokens, None, segment_ids)
+  logp = jax.nn.log_softmax(transformer.logits_from_hidden(CONFIG, params, hidden), axis=-1)[:, :-1]
+  token_lp = jnp.take_along_axis(logp, tokens[:, 1:, None], -1)[..., 0]
+  return logp, jnp.pad(token_lp, ((0, 0), (1, 0)))
+
+
+def test_fused_equals_three_separate_forwards(three_params, batch):
+  policy, reference, teacher = three_params
+  cfg = ScoreConfig(teacher="params", top_k=16, vocab_chunk=CHUNK)
+  out = make_score_fn(CONFIG, cfg)(policy, reference, teacher, batch)
+  mask = np.array(batch.loss_mask)
+  mask[:, 0] = 0
+  full = {}
+  for name, params, got in [("policy", policy, out.policy_logprobs), ("reference", reference,
+                                                                      out.reference_logprobs),
+                            ("teacher", teacher, out.teacher_logprobs)]:
+    full[name], expected = _full_logprobs(params, batch.tokens, batch.segment_ids)
+    np.testing.assert_allclose(got, expected * mask, atol=1e-5)
+  np.testing.assert_allclose(out.teacher_gap, (out.teacher_logprobs - out.policy_logprobs), atol=1e-6)
+  np.testing.assert_allclose(out.reference_gap, (out.reference_logprobs - out.policy_logprobs), atol=1e-6)
+  assert float(jnp.abs(out.teacher_gap).sum()) > 0  # different models really differ
+  # Entropy of the policy.
+  logp = full["policy"]
+  entropy = jnp.pad(-(jnp.exp(logp) * logp).sum(-1), ((0, 0), (1, 0)))
+  np.testing.assert_allclose(out.policy_entropy, entropy * mask, atol=1e-5)
+  # Everything is zero off the mask.
+  for arr in (out.policy_logprobs, out.reference_logprobs, out.teacher_logprobs, out.policy_entropy):
+    assert np.all(np.asarray(arr)[mask == 0] == 0)
+
+
+def test_topk_ids_and_teacher_gather(three_params, batch):
+  policy, _, teacher = three_params
+  out = make_score_fn(CONFIG, ScoreConfig(reference=False, teacher="params", top_k=16, vocab_chunk=CHUNK))(
+      policy, None, teacher, batch)
+  mask = np.array(batch.loss_mask, bool)
+  mask[:, 0] = False
+  pol_logp, _ = _full_logprobs(policy, batch.tokens, batch.segment_ids)
+  tea_logp, _ = _full_logprobs(teacher, batch.tokens, batch.segment_ids)
+  vals, ids = jax.lax.top_k(pol_logp, 16)
+  got_ids = np.asarray(out.policy_topk_ids)[:, 1:]
+  np.testing.assert_array_equal(got_ids[mask[:, 1:]], np.asarray(ids)[mask[:, 1:]])
+  np.testing.assert_allclose(np.asarray(out.policy_topk_logprobs)[:, 1:][mask[:, 1:]],
+                             np.asarray(vals)[mask[:, 1:]], atol=1e-5)
+  gathered = jnp.take_along_axis(tea_logp, ids, axis=-1)
+  np.testing.assert_allclose(np.asarray(out.teacher_topk_logprobs)[:, 1:][mask[:, 1:]],
+                             np.asarray(gathered)[mask[:, 1:]], atol=1e-5)
+
+
+def test_privileged_context_alignment(three_params):
+  """Teacher = policy params on prompt + skill + response; aligned response log-probs equal a direct forward."""
+  policy = three_params[0]
+  rng = np.random.RandomState(0)
+  prompts = [rng.randint(0, 333, n).tolist() for n in (5, 9)]
+  skills = [rng.randint(0, 333, n).tolist() for n in (7, 3)]
+  responses = [rng.randint(0, 333, n).tolist() for n in (6, 4)]
+  t_student = max(len(p) + len(r) for p, r in zip(prompts, responses))
+  t_teacher = max(len(p) + len(s) + len(r) for p, s, r in zip(prompts, skills, responses))
+  tokens = np.zeros((2, t_student), np.int32)
+  seg = np.zeros_like(tokens)
+  mask = np.zeros((2, t_student), np.float32)
+  t_tokens = np.zeros((2, t_teacher), np.int32)
+  t_seg = np.zeros_like(t_tokens)
+  index = np.zeros((2, t_student), np.int32)
+  for b, (p, s, r) in enumerate(zip(prompts, skills, responses)):
+    tokens[b, :len(p) + len(r)] = p + r
+    seg[b, :len(p) + len(r)] = 1
+    mask[b, len(p):len(p) + len(r)] = 1
+    t_tokens[b, :len(p) + len(s) + len(r)] = p + s + r
+    t_seg[b, :len(p) + len(s) + len(r)] = 1
+    index[b, len(p):len(p) + len(r)] = len(p) + len(s) + np.arange(len(r))
+  batch = ScoreBatch(tokens=jnp.asarray(tokens), segment_ids=jnp.asarray(seg), loss_mask=jnp.asarray(mask),
+                     teacher_tokens=jnp.asarray(t_tokens), teacher_segment_ids=jnp.asarray(t_seg),
+                     teacher_index=jnp.asarray(index))
+  out = make_score_fn(CONFIG, ScoreConfig(reference=False, teacher="context", top_k=8, vocab_chunk=CHUNK))(
+      policy, None, None, batch)
+  direct_logp, direct = _full_logprobs(policy, jnp.asarray(t_tokens), jnp.asarray(t_seg))
+  for b, (p, s, r) in enumerate(zip(prompts, skills, responses)):
+    resp = slice(len(p), len(p) + len(r))
+    t_resp = slice(len(p) + len(s), len(p) + len(s) + len(r))
+    np.testing.assert_allclose(np.asarray(out.teacher_logprobs)[b, resp], np.asarray(direct)[b, t_resp], atol=1e-5)
+    # Teacher log-probs at the student's top-k ids come from the same aligned teacher distribution.
+    ids = np.asarray(out.policy_topk_ids)[b, resp]
+    expect = np.take_along_axis(np.asarray(direct_logp)[b, t_resp.start - 1:t_resp.stop - 1], ids, axis=-1)
+    np.testing.assert_allclose(np.asarray(out.teacher_topk_logprobs)[b, resp], expect, atol=1e-5)
+  # Without the skill the student's own log-probs differ: the context matters.
+  assert np.abs(np.asarray(out.teacher_gap)).max() > 1e-3
+
+
+def test_policy_gradients_match_full_softmax(three_params, batch):
+  policy = three_params[0]
+  cfg = ScoreConfig(reference=False, top_k=4, vocab_chunk=CHUNK)
+
+  def chunked_loss(p):
+    out = score(CONFIG, cfg, p, None, None, batch)
+    return out.policy_logprobs.sum() + 0.1 * out.policy_entropy.sum() + 0.01 * out.policy_topk_logprobs.sum()
+
+  def full_loss(p):
+    mask = batch.loss_mask.at[:, 0].set(0.0)
+    logp, token_lp = _full_logprobs(p, batch.tokens, batch.segment_ids)
+    logp = jnp.pad(logp, ((0, 0), (1, 0), (0, 0)))
+    entropy = -(jnp.exp(logp) * logp).sum(-1)
+    top = jax.lax.top_k(logp, 4)[0]
+    return ((token_lp + 0.1 * entropy) * mask).sum() + 0.01 * (top * mask[..., None]).sum()
+
+  g_chunked = jax.grad(chunked_loss)(policy)
+  g_full = jax.grad(full_loss)(policy)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=2e-5, rtol=1e-4), g_chunked, g_full)
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 100, 333, 4096])
+def test_token_stats_independent_of_chunk_size(chunk):
+  h = jax.random.normal(jax.random.key(0), (2, 5, 16))
+  w = jax.random.normal(jax.random.key(1), (16, 333))
+  targets = jax.random.randint(jax.random.key(2), (2, 5), 0, 333)
+  top_k = min(chunk, 3)
+  st = token_stats(h, w, targets, chunk=chunk, top_k=top_k, entropy=True, gather_ids=targets[..., None])
+  logp = jax.nn.log_softmax(h @ w, axis=-1)
+  np.testing.assert_allclose(st.logprobs, jnp.take_along_axis(logp, targets[..., None], -1)[..., 0], atol=1e-5)
+  np.testing.assert_allclose(st.gathered_logprobs[..., 0], st.logprobs, atol=1e-6)
+  # chunk=1 rescales the accumulators 333 times: allow f32 round-off relative to the entropy's size.
+  np.testing.assert_allclose(st.entropy, -(jnp.exp(logp) * logp).sum(-1), atol=1e-5, rtol=2e-5)
+  vals, ids = jax.lax.top_k(logp, top_k)
+  np.testing.assert_array_equal(st.topk_ids, ids)
+  np.testing.assert_allclose(st.topk_logprobs, vals, atol=1e-5)
+
+
+def test_token_stats_temperature():
+  h = jax.random.normal(jax.random.key(0), (1, 4, 8))
+  w = jax.random.normal(jax.random.key(1), (8, 50))
+  targets = jnp.array([[1, 2, 3, 4]])
+  st = token_stats(h, w, targets, chunk=16, temperature=0.5)
+  logp = jax.nn.log_softmax((h @ w) / 0.5, axis=-1)
+  np.testing.assert_allclose(st.logprobs, jnp.take_along_axis(logp, targets[..., None], -1)[..., 0], atol=1e-5)
+
+
+def test_branches_switch_off_and_errors(three_params, batch):
+  policy, reference, _ = three_params
+  out = make_score_fn(CONFIG, ScoreConfig(reference=False, top_k=0, entropy=False, vocab_chunk=CHUNK))(
+      policy, None, None, batch)
+  assert out.reference_logprobs is None and out.teacher_logprobs is None and out.policy_topk_ids is None
+  assert out.policy_entropy is None and out.policy_logprobs is not None
+  only_ref = make_score_fn(CONFIG, ScoreConfig(policy=False, top_k=0, vocab_chunk=CHUNK))(None, reference, None,
+                                                                                         batch)
+  assert only_ref.policy_logprobs is None and only_ref.reference_gap is None
+  with pytest.raises(ValueError, match="no reference params"):
+    make_score_fn(CONFIG, ScoreConfig(vocab_chunk=CHUNK))(policy, None, None, batch)
+  with pytest.raises(ValueError, match="teacher_tokens"):
+    make_score_fn(CONFIG, ScoreConfig(reference=False, teacher="context", vocab_chunk=CHUNK))(policy, None, None,
+                                                                                              batch)
+  with pytest.raises(ValueError, match="ScoreConfig.teacher"):
+    ScoreConfig(teacher="other")
+  with pytest.raises(ValueError, match="top_k"):
+    ScoreConfig(policy=False)
