@@ -241,9 +241,11 @@ def test_top_k_and_top_p_together(distinct_logits):
 MODES = [  # (greedy, top_k, use_top_p)
     (True, 0, False), (False, 0, False), (False, 1, False), (False, 7, False), (False, 0, True), (False, 7, True),
 ]
+# Rounded to 1e-3: values like -1.2e-38 become subnormal after `/ temperature` and XLA on CPU flushes those to
+# zero, which creates ties the float64 reference does not see (an artefact of the check, not of the sampler).
 finite_logits = hnp.arrays(
     np.float32, (4, V),
-    elements=st.floats(-30, 30, width=32, allow_nan=False, allow_infinity=False),
+    elements=st.floats(-30, 30, width=32, allow_nan=False, allow_infinity=False).map(lambda x: round(x, 3)),
 ) | hnp.arrays(np.float32, (4, V), elements=st.sampled_from([-30.0, 0.0, 30.0, 5.5]))  # heavy ties
 
 
