@@ -81,3 +81,19 @@ def test_make_mesh_errors():
   with pytest.raises(ValueError, match="at most one -1"):
     sharding.make_mesh((-1, -1, 2))
   assert sharding.make_mesh((-1, 1, 2)).shape == {"data": 4, "fsdp": 1, "tensor": 2}
+
+
+def test_sampler_on_mesh_equals_single_device(mesh):
+  from agentopd_jax.sampling.sampler import Sampler, SamplingParams
+  params = transformer.init_params(CONFIG, jax.random.key(0))
+  prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10]]
+  sp = SamplingParams(max_new_tokens=8, temperature=1.0)
+  single = Sampler(CONFIG).generate(params, prompts, jax.random.key(4), sp, cache_size=64)
+  sharded_params = jax.device_put(params, transformer.param_shardings(CONFIG, mesh))
+  sampler = Sampler(CONFIG, mesh=mesh)
+  out = sampler.generate(sharded_params, prompts, jax.random.key(4), sp, cache_size=64)
+  assert out.state.cache.k.sharding.spec == P(None, ("data", "fsdp"), None, "tensor", None)
+  np.testing.assert_array_equal(out.tokens, single.tokens)
+  np.testing.assert_allclose(out.logprobs, single.logprobs, atol=1e-5)
+  more = sampler.continue_generation(sharded_params, out.state, [[11, 12]] * 4, jax.random.key(5), sp)
+  assert more.state.cache.k.sharding.spec == P(None, ("data", "fsdp"), None, "tensor", None)

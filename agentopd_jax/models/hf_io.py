@@ -3,8 +3,8 @@
 Loading memory-maps each safetensors file and builds every parameter with `jax.make_array_from_callback`, so each
 device reads only its own shard from disk and the host never holds a full copy of a large model. We parse the
 safetensors header ourselves because the library's numpy backend cannot represent bfloat16 (the dtype of every
-public Qwen/Llama checkpoint); `ml_dtypes` (a jax dependency) can. Saving uses `safetensors.numpy`-compatible
-files written by the safetensors library itself via its flax backend, which handles bfloat16.
+public Qwen/Llama checkpoint); `ml_dtypes` (a jax dependency) can. Saving goes through the safetensors library's
+flax backend, which writes bfloat16 too.
 """
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ import flax.linen as nn
 import flax.struct
 import jax
 import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from agentopd_jax.models.config import ModelConfig
 from agentopd_jax.parallel import sharding as sharding_lib
@@ -222,18 +223,28 @@ def init_params(config: ModelConfig, rng: jax.Array):
   return init(rng)["params"]
 
 
+def _abstract_variables(config: ModelConfig):
+  tokens = jnp.zeros((1, 1), jnp.int32)
+  return jax.eval_shape(lambda: Decoder(config).init(jax.random.key(0), tokens, tokens, jnp.ones_like(tokens)))
+
+
 def logical_axes(config: ModelConfig):
   """Pytree (same structure as params) of logical-axis PartitionSpecs, without allocating anything."""
-  tokens = jnp.zeros((1, 1), jnp.int32)
-  abstract = jax.eval_shape(lambda: Decoder(config).init(jax.random.key(0), tokens, tokens, jnp.ones_like(tokens)))
-  return nn.get_partition_spec(abstract)["params"]
+  return nn.get_partition_spec(_abstract_variables(config))["params"]
 
 
 def abstract_params(config: ModelConfig):
   """ShapeDtypeStructs of the params (for loaders and checkpoint restore targets)."""
-  tokens = jnp.zeros((1, 1), jnp.int32)
-  abstract = jax.eval_shape(lambda: Decoder(config).init(jax.random.key(0), tokens, tokens, jnp.ones_like(tokens)))
-  return nn.meta.unbox(abstract)["params"]
+  return nn.meta.unbox(_abstract_variables(config))["params"]
+
+
+def cache_shardings(cache: KVCache, mesh) -> KVCache:
+  """NamedShardings for a KV cache on `mesh`: batch over data x fsdp, KV heads over tensor."""
+  def named(axes, x):
+    return NamedSharding(mesh, sharding_lib.logical_to_spec(P(*axes), x.shape, mesh))
+  kv_axes = ("layers", "batch", None, "kv_heads", "head_dim")
+  return KVCache(k=named(kv_axes, cache.k), v=named(kv_axes, cache.v),
+                 segment_ids=named(("batch", None), cache.segment_ids), lengths=named(("batch",), cache.lengths))
 
 
 def param_shardings(config: ModelConfig, mesh, rules=None):
