@@ -199,3 +199,18 @@ def test_tiny_preset_is_cpu_sized():
   assert 1e6 <= preset("tiny").num_params() <= 5e6
   params = transformer.init_params(preset("tiny"), jax.random.key(0))
   assert sum(x.size for x in jax.tree.leaves(params)) == preset("tiny").num_params()
+
+
+def test_bfloat16_compute_tracks_transformers_bfloat16(hf_checkpoints):
+  model, path = hf_checkpoints["qwen3"]
+  config, params = hf_io.load_hf(path, param_dtype="bfloat16")
+  assert config.dtype == "bfloat16" and params["embedding"].dtype == jnp.bfloat16
+  tokens = np.random.RandomState(3).randint(0, config.vocab_size, (2, 48))
+  with torch.no_grad():
+    theirs = model.to(torch.bfloat16)(torch.tensor(tokens)).logits.float().numpy()
+    model.to(torch.float32)
+  ours = _our_logits(config, params, tokens)
+  assert ours.dtype == np.float32  # logits are always produced in f32
+  # Both sides round to bf16 at different points; agreement is at bf16 resolution, not f32.
+  assert np.abs(ours - theirs).max() < 0.05 * np.abs(theirs).max()
+  assert np.mean(np.argmax(ours, -1) == np.argmax(theirs, -1)) > 0.95

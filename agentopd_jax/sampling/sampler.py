@@ -107,15 +107,22 @@ def sample_from_logits(logits, key, temperature, top_p, *, greedy: bool, top_k: 
   return tokens, logp, jnp.take_along_axis(model_logp, tokens[:, None], -1)[:, 0]
 
 
-def _append(config: ModelConfig, params, state: DecodeState, chunk, chunk_lens, new_pending):
+def _pin_cache(cache: transformer.KVCache, mesh) -> transformer.KVCache:
+  """Keeps the cache in its mesh layout across calls (XLA would otherwise pick a new one per program)."""
+  if mesh is None:
+    return cache
+  return jax.lax.with_sharding_constraint(cache, transformer.cache_shardings(cache, mesh))
+
+
+def _append(config: ModelConfig, mesh, params, state: DecodeState, chunk, chunk_lens, new_pending):
   """Feeds right-padded `chunk` [B, T] (chunk_lens valid per row) into the cache; sets the new pending tokens."""
   segment = (jnp.arange(chunk.shape[1])[None, :] < chunk_lens[:, None]).astype(jnp.int32)
   positions = state.cache.lengths[:, None] + jnp.arange(chunk.shape[1])[None, :]
   _, cache = transformer.forward(config, params, chunk, positions, segment, state.cache)
-  return DecodeState(cache=cache, pending=new_pending)
+  return DecodeState(cache=_pin_cache(cache, mesh), pending=new_pending)
 
 
-def _decode(config: ModelConfig, params, state: DecodeState, key, active, max_new, stop_ids, stop_next,
+def _decode(config: ModelConfig, mesh, params, state: DecodeState, key, active, max_new, stop_ids, stop_next,
             stop_matched, stop_rows, temperature, top_p, *, num_steps: int, greedy: bool, top_k: int,
             use_top_p: bool, pad_id: int):
   b = state.pending.shape[0]
@@ -146,7 +153,7 @@ def _decode(config: ModelConfig, params, state: DecodeState, key, active, max_ne
     hit = jnp.any(matched, axis=-1) | jnp.any(tok[:, None] == stop_ids, axis=-1)
     finished = ~done & (hit | (n_gen >= max_new))
     reasons = jnp.where(finished, jnp.where(hit, FINISH_STOP, FINISH_LENGTH), reasons)
-    st = DecodeState(cache=cache, pending=jnp.where(done, st.pending, tok))
+    st = DecodeState(cache=_pin_cache(cache, mesh), pending=jnp.where(done, st.pending, tok))
     return step + 1, st, done | finished, toks, lps, mlps, n_gen, stop_state, reasons
 
   done0 = ~active | (max_new <= 0)
@@ -158,10 +165,10 @@ def _decode(config: ModelConfig, params, state: DecodeState, key, active, max_ne
 
 
 @functools.lru_cache(maxsize=None)
-def _jitted_steps(config: ModelConfig):
-  """One pair of jitted steps per model config, shared by all samplers so nothing compiles twice."""
-  append = jax.jit(functools.partial(_append, config), donate_argnums=(1,))
-  decode = jax.jit(functools.partial(_decode, config), donate_argnums=(1,),
+def _jitted_steps(config: ModelConfig, mesh):
+  """One pair of jitted steps per (model config, mesh), shared by all samplers so nothing compiles twice."""
+  append = jax.jit(functools.partial(_append, config, mesh), donate_argnums=(1,))
+  decode = jax.jit(functools.partial(_decode, config, mesh), donate_argnums=(1,),
                    static_argnames=("num_steps", "greedy", "top_k", "use_top_p", "pad_id"))
   return append, decode
 
@@ -185,7 +192,7 @@ class Sampler:
     self.pad_id = pad_id
     self.bucket = bucket
     self._token_bytes = None
-    self._append, self._decode = _jitted_steps(config)
+    self._append, self._decode = _jitted_steps(config, mesh)
 
   # --- public API ------------------------------------------------------------------------------------------
 
