@@ -92,7 +92,7 @@ def test_sampler_on_mesh_equals_single_device(mesh):
   sharded_params = jax.device_put(params, transformer.param_shardings(CONFIG, mesh))
   sampler = Sampler(CONFIG, mesh=mesh)
   out = sampler.generate(sharded_params, prompts, jax.random.key(4), sp, cache_size=64)
-  expected = NamedSharding(mesh, P(None, ("data", "fsdp"), None, "tensor", None))
+  expected = NamedSharding(mesh, P(None, ("data", "fsdp"), "tensor", None, None))
   assert out.state.cache.k.sharding.is_equivalent_to(expected, 5)
   np.testing.assert_array_equal(out.tokens, single.tokens)
   np.testing.assert_allclose(out.logprobs, single.logprobs, atol=1e-5)

@@ -11,6 +11,7 @@ run with `nn.scan`, so compile time does not grow with depth.
 """
 from __future__ import annotations
 
+import functools
 from typing import Optional, Tuple
 
 import flax.linen as nn
@@ -34,7 +35,8 @@ def _param(module: nn.Module, name: str, shape, axes, init=_init):
 class KVCache:
   """Per-row key/value cache.
 
-  k, v: [layers, B, S, kv_heads, head_dim]; segment_ids: [B, S] (0 = empty slot); lengths: [B] write pointer,
+  k, v: [layers, B, kv_heads, S, head_dim] (heads before slots so attention reads them without a transpose);
+  segment_ids: [B, S] (0 = empty slot); lengths: [B] write pointer,
   which is also the number of valid tokens in the row (valid slots are always the prefix [0, lengths)).
   """
   k: jnp.ndarray
@@ -44,24 +46,22 @@ class KVCache:
 
   @property
   def capacity(self) -> int:
-    return self.k.shape[2]
+    return self.k.shape[3]
 
   @classmethod
   def init(cls, config: ModelConfig, batch: int, capacity: int) -> "KVCache":
-    shape = (config.num_layers, batch, capacity, config.num_kv_heads, config.head_dim)
+    shape = (config.num_layers, batch, config.num_kv_heads, capacity, config.head_dim)
     return cls(k=jnp.zeros(shape, config.compute_dtype), v=jnp.zeros(shape, config.compute_dtype),
                segment_ids=jnp.zeros((batch, capacity), jnp.int32), lengths=jnp.zeros((batch,), jnp.int32))
 
 
-def _write_rows(buffer: jnp.ndarray, chunk: jnp.ndarray, starts: jnp.ndarray, valid: jnp.ndarray) -> jnp.ndarray:
-  """buffer[b, starts[b] + i] = chunk[b, i] where valid[b, i]; padding is dropped, never written.
+def _chunk_slots(starts: jnp.ndarray, valid: jnp.ndarray, capacity: int) -> jnp.ndarray:
+  """Cache slot of every chunk token: starts[b] + i where valid, else `capacity` (out of range, dropped).
 
-  Dropping (rather than writing zeros) keeps the invariant that slots past a row's length were never touched,
-  and an out-of-range write is discarded instead of being clamped onto live slots.
+  Dropping padding (rather than writing zeros) keeps the invariant that slots past a row's length were never
+  touched, and an out-of-range write is discarded instead of being clamped onto live slots.
   """
-  b, t = chunk.shape[:2]
-  slots = jnp.where(valid, starts[:, None] + jnp.arange(t)[None, :], buffer.shape[1])
-  return buffer.at[jnp.arange(b)[:, None], slots].set(chunk.astype(buffer.dtype), mode="drop")
+  return jnp.where(valid, starts[:, None] + jnp.arange(valid.shape[1])[None, :], capacity)
 
 
 class RMSNorm(nn.Module):
@@ -81,7 +81,12 @@ class Attention(nn.Module):
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, x, cos, sin, mask, layer_cache, write_starts, write_valid):
+  def __call__(self, x, cos, sin, chunk_mask, layer_cache, cache_mask):
+    """Attention of the chunk x [B, T, D] over (cached keys, then the chunk's own keys).
+
+    The cache block is only read here; the chunk's new (k, v) are returned and written into the cache once for all
+    layers by the caller, so a decode step never copies the cache. One softmax spans both blocks.
+    """
     c = self.config
     dt = c.compute_dtype
     d, h, kv, hd = c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim
@@ -99,25 +104,27 @@ class Attention(nn.Module):
     q = apply_rope(q, cos, sin)
     k = apply_rope(k, cos, sin)
 
-    if layer_cache is not None:
-      k_all = _write_rows(layer_cache[0], k, write_starts, write_valid)
-      v_all = _write_rows(layer_cache[1], v, write_starts, write_valid)
-      new_layer_cache = (k_all, v_all)
-    else:
-      k_all, v_all, new_layer_cache = k, v, None
-
     b, t = q.shape[:2]
-    group = h // kv
-    qg = q.reshape(b, t, kv, group, hd)
-    scores = jnp.einsum("btkgd,bskd->bkgts", qg, k_all.astype(dt), preferred_element_type=jnp.float32)
-    scores = scores * (hd ** -0.5)
-    scores = jnp.where(mask[:, None, None], scores, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores, axis=-1).astype(dt)
-    out = jnp.einsum("bkgts,bskd->btkgd", probs, v_all.astype(dt)).reshape(b, t, h, hd)
+    qg = q.reshape(b, t, kv, h // kv, hd) * jnp.asarray(hd ** -0.5, dt)
+    neg = jnp.finfo(jnp.float32).min
+    # Keys/values as [B, kv, S, hd], the cache's own layout.
+    blocks = [(jnp.swapaxes(k, 1, 2), jnp.swapaxes(v, 1, 2), chunk_mask)]
+    if layer_cache is not None:
+      blocks.insert(0, (layer_cache[0], layer_cache[1], cache_mask))
+    scores = [jnp.where(m[:, None, None], jnp.einsum("btkgd,bksd->bkgts", qg, kb.astype(dt),
+                                                     preferred_element_type=jnp.float32), neg)
+              for kb, _, m in blocks]
+    top = functools.reduce(jnp.maximum, [jnp.max(sc, axis=-1, keepdims=True) for sc in scores])
+    probs = [jnp.exp(sc - top) for sc in scores]
+    denom = sum(jnp.sum(p, axis=-1) for p in probs)  # [b, kv, g, t]
+    out = sum(jnp.einsum("bkgts,bksd->bkgtd", p.astype(dt), vb.astype(dt), preferred_element_type=jnp.float32)
+              for p, (_, vb, _) in zip(probs, blocks))
+    out = (out / denom[..., None]).astype(dt)
+    out = jnp.transpose(out, (0, 3, 1, 2, 4)).reshape(b, t, h, hd)
     o = jnp.einsum("bthk,hkd->btd", out, _param(self, "o_kernel", (h, hd, d), ("q_heads", "head_dim", "embed")).astype(dt))
     if c.o_bias:
       o = o + _param(self, "o_bias", (d,), ("embed",), nn.initializers.zeros).astype(dt)
-    return o, new_layer_cache
+    return o, (k, v)
 
 
 class MLP(nn.Module):
@@ -137,12 +144,12 @@ class DecoderLayer(nn.Module):
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, x, layer_cache, cos, sin, mask, write_starts, write_valid):
-    attn_out, new_cache = Attention(self.config, name="attn")(
-        RMSNorm(self.config, name="input_norm")(x), cos, sin, mask, layer_cache, write_starts, write_valid)
+  def __call__(self, x, layer_cache, cos, sin, chunk_mask, cache_mask):
+    attn_out, new_kv = Attention(self.config, name="attn")(
+        RMSNorm(self.config, name="input_norm")(x), cos, sin, chunk_mask, layer_cache, cache_mask)
     x = x + attn_out
     x = x + MLP(self.config, name="mlp")(RMSNorm(self.config, name="post_attn_norm")(x))
-    return x, new_cache
+    return x, new_kv
 
 
 class Decoder(nn.Module):
@@ -161,33 +168,39 @@ class Decoder(nn.Module):
     cos, sin = rope_angles(inverse_frequencies(c), positions)
 
     t = tokens.shape[1]
+    valid = segment_ids != 0
+    # Within the chunk: causal, same non-zero segment. [B, Tq, Tk]
+    idx = jnp.arange(t)
+    chunk_mask = ((idx[None, None, :] <= idx[None, :, None])
+                  & (segment_ids[:, None, :] == segment_ids[:, :, None]) & valid[:, :, None])
     if cache is None:
-      q_idx = k_idx = jnp.arange(t)[None, :]
-      k_seg, write_starts, layer_caches = segment_ids, None, None
+      layer_caches = cache_mask = None
     else:
-      write_starts = cache.lengths
-      k_seg = _write_rows(cache.segment_ids, segment_ids, write_starts, segment_ids != 0)
-      q_idx = write_starts[:, None] + jnp.arange(t)[None, :]
-      k_idx = jnp.arange(cache.capacity)[None, :]
+      # Every cached slot precedes the chunk, so only segment matching applies (empty slots are segment 0).
       layer_caches = (cache.k, cache.v)
-    # [B, Tq, Tk]: causal by slot order, same non-zero segment.
-    mask = ((k_idx[:, None, :] <= q_idx[:, :, None])
-            & (k_seg[:, None, :] == segment_ids[:, :, None]) & (segment_ids[:, :, None] != 0))
+      cache_mask = (cache.segment_ids[:, None, :] == segment_ids[:, :, None]) & valid[:, :, None]
 
     layer = DecoderLayer
     if c.remat:
       layer = nn.remat(layer, prevent_cse=False)
     stack = nn.scan(layer, variable_axes={"params": 0}, split_rngs={"params": True},
-                    in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
+                    in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
                     length=c.num_layers, metadata_params={nn.PARTITION_NAME: "layers"})
-    x, new_layer_caches = stack(c, name="layers")(x, layer_caches, cos, sin, mask, write_starts, segment_ids != 0)
+    x, (new_k, new_v) = stack(c, name="layers")(x, layer_caches, cos, sin, chunk_mask, cache_mask)
     x = RMSNorm(c, name="final_norm")(x)
     if not c.tie_embeddings:
       _param(self, "lm_head", (c.hidden_size, c.vocab_size), ("embed", "vocab"))
     if cache is None:
       return x, None
-    new_cache = KVCache(k=new_layer_caches[0], v=new_layer_caches[1], segment_ids=k_seg,
-                        lengths=cache.lengths + jnp.sum(segment_ids != 0, axis=1).astype(jnp.int32))
+    # One scatter per buffer for all layers; inside the decode while_loop XLA updates it in place.
+    slots = _chunk_slots(cache.lengths, valid, cache.capacity)
+    rows = jnp.arange(tokens.shape[0])[:, None]
+    # new_k: [L, B, T, kv, hd]; indexing dims (B, S) of [L, B, kv, S, hd] puts (B, T) first: [B, T, L, kv, hd].
+    new_cache = KVCache(
+        k=cache.k.at[:, rows, :, slots].set(jnp.transpose(new_k, (1, 2, 0, 3, 4)).astype(cache.k.dtype), mode="drop"),
+        v=cache.v.at[:, rows, :, slots].set(jnp.transpose(new_v, (1, 2, 0, 3, 4)).astype(cache.v.dtype), mode="drop"),
+        segment_ids=cache.segment_ids.at[rows, slots].set(segment_ids, mode="drop"),
+        lengths=cache.lengths + jnp.sum(valid, axis=1).astype(jnp.int32))
     return x, new_cache
 
 
@@ -242,7 +255,7 @@ def cache_shardings(cache: KVCache, mesh) -> KVCache:
   """NamedShardings for a KV cache on `mesh`: batch over data x fsdp, KV heads over tensor."""
   def named(axes, x):
     return NamedSharding(mesh, sharding_lib.logical_to_spec(P(*axes), x.shape, mesh))
-  kv_axes = ("layers", "batch", None, "kv_heads", "head_dim")
+  kv_axes = ("layers", "batch", "kv_heads", None, "head_dim")
   return KVCache(k=named(kv_axes, cache.k), v=named(kv_axes, cache.v),
                  segment_ids=named(("batch", None), cache.segment_ids), lengths=named(("batch",), cache.lengths))
 
