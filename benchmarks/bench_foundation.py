@@ -11,8 +11,8 @@ into JAX with `hf_io.load_hf`, in float32. Everything is warmed up (compiled) be
 reported separately; the figure is the median over `--repeats`. Results are printed as JSON on stdout (progress
 goes to stderr); `--out FILE` also writes them to a file.
 
-  python benchmarks/bench_foundation.py                 # defaults (a few minutes on a 2-core CPU)
-  python benchmarks/bench_foundation.py --quick         # smoke test, < 1 minute
+  python benchmarks/bench_foundation.py                 # defaults (~7 minutes on a quiet 2-core CPU)
+  python benchmarks/bench_foundation.py --quick         # smoke test, < 1 minute (tiny preset, small shapes)
   python benchmarks/bench_foundation.py --only p1,p3 --repeats 5 --out /tmp/foundation.json
 """
 from __future__ import annotations
@@ -41,9 +41,10 @@ def parse_args(argv=None):
   p.add_argument("--preset", default="small", help="model preset from agentopd_jax.models.config (default small)")
   p.add_argument("--only", default="p1,p2,p3", help="comma-separated subset of p1,p2,p3")
   p.add_argument("--repeats", type=int, default=3, help="timed repeats for P1/P2 (median reported)")
-  p.add_argument("--p3-repeats", type=int, default=1, help="timed episodes per P3 arm after the warm-up one")
+  p.add_argument("--p3-repeats", type=int, default=2,
+                 help="timed episodes per P3 arm after the warm-up one (median total, per-turn medians)")
   p.add_argument("--seed", type=int, default=0)
-  p.add_argument("--threads", type=int, default=os.cpu_count(), help="torch intra-op threads (default: all cores)")
+  p.add_argument("--threads", type=int, default=os.cpu_count(), help="torch intra-op threads (default: all cores; XLA:CPU always uses all cores)")
   p.add_argument("--p1-batch", type=int, default=8)
   p.add_argument("--p1-len", type=int, default=512)
   p.add_argument("--p2-batch", type=int, default=8)
@@ -76,6 +77,26 @@ def parse_args(argv=None):
 
 # --- shared helpers ----------------------------------------------------------------------------------------------
 
+# Lowering to StableHLO + XLA compilation. Python tracing is left out: its events nest (inner traces are counted
+# inside outer ones), so summing them would overstate it; the warm-up wall time includes it anyway.
+_COMPILE_EVENTS = ("/jax/core/compile/jaxpr_to_mlir_module_duration", "/jax/core/compile/backend_compile_duration")
+_compile_total = [0.0]
+
+
+def install_compile_timer() -> None:
+  """Sums JAX's own lowering + XLA-compile durations, so compile time is measured, not estimated."""
+  import jax
+
+  def listener(name, duration, **_):
+    if name in _COMPILE_EVENTS:
+      _compile_total[0] += duration
+  jax.monitoring.register_event_duration_secs_listener(listener)
+
+
+def compile_seconds() -> float:
+  return _compile_total[0]
+
+
 def median_time(fn: Callable[[], object], repeats: int) -> tuple:
   """(median seconds, all seconds) of `fn()`; fn must block until its result is ready."""
   times = []
@@ -88,20 +109,28 @@ def median_time(fn: Callable[[], object], repeats: int) -> tuple:
 
 def interleaved_times(fns: dict, repeats: int) -> dict:
   """Times each callable `repeats` times, round-robin (A B C A B C ...), so that load from other processes on a
-  shared machine hits every contender alike. Returns {name: [seconds, ...]}."""
+  shared machine hits every contender alike. Returns {name: [(wall seconds, process CPU s / wall s), ...]}."""
   times = {name: [] for name in fns}
   for _ in range(max(1, repeats)):
     for name, fn in fns.items():
-      t0 = time.perf_counter()
+      c0, t0 = time.process_time(), time.perf_counter()
       fn()
-      times[name].append(time.perf_counter() - t0)
+      wall = time.perf_counter() - t0
+      times[name].append((wall, (time.process_time() - c0) / wall))
   return times
 
 
-def timing_entry(times: List[float], work: float, unit: str = "tokens_per_s") -> dict:
-  med = statistics.median(times)
-  return {"median_s": round(med, 4), "min_s": round(min(times), 4), "times_s": [round(x, 4) for x in times],
-          unit: round(work / med, 1), f"best_{unit}": round(work / min(times), 1)}
+def timing_entry(times: list, work: float, unit: str = "tokens_per_s") -> dict:
+  """times: [(wall seconds, process CPU seconds / wall seconds), ...] from `interleaved_times`.
+
+  cpu_util is how many cores the process kept busy; well below the core count while timing a compute-bound
+  step means other processes were competing for the CPU.
+  """
+  walls = [w for w, _ in times]
+  med = statistics.median(walls)
+  return {"median_s": round(med, 4), "min_s": round(min(walls), 4), "times_s": [round(x, 4) for x in walls],
+          "cpu_util": [round(u, 2) for _, u in times],
+          unit: round(work / med, 1), f"best_{unit}": round(work / min(walls), 1)}
 
 
 def ratio_entry(ours: dict, theirs: dict, target: float, key: str = "tokens_per_s") -> dict:
@@ -161,7 +190,14 @@ def bench_p1(args, cfg, torch_models, jax_params) -> dict:
                      loss_mask=jnp.ones((b, t), jnp.int32))
   pol, ref, tea = jax_params
   n_tok = b * t
-  out = {"batch": b, "seq_len": t, "tokens_per_step": n_tok}
+  # Matmul FLOPs of one step (3 models), identical work on both sides: decoder weights, the unembedding and
+  # full (unmasked-square) attention scores and values, which both implementations compute.
+  d, f, h, kv, hd, L = (cfg.hidden_size, cfg.intermediate_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
+                        cfg.num_layers)
+  per_model = (2 * n_tok * L * (2 * d * h * hd + 2 * d * kv * hd + 3 * d * f) + 2 * n_tok * d * cfg.vocab_size
+               + L * 4 * b * h * t * t * hd)
+  gflop = 3 * per_model / 1e9
+  out = {"batch": b, "seq_len": t, "tokens_per_step": n_tok, "gflop_per_step_3_models": round(gflop, 1)}
 
   variants = {
       "ours_fused_lean": ScoreConfig(policy=True, reference=True, teacher="params", top_k=0, entropy=False),
@@ -200,6 +236,7 @@ def bench_p1(args, cfg, torch_models, jax_params) -> dict:
   times = interleaved_times(fns, args.repeats)
   for name, ts in times.items():
     out[name].update(timing_entry(ts, n_tok))
+    out[name]["achieved_gflops"] = round(gflop / out[name]["median_s"], 1)
     log(f"P1 {name}: median {out[name]['median_s']:.3f} s/step, {out[name]['tokens_per_s']:.0f} tok/s")
 
   # Sanity: our log-probs (targets 1..T-1) against torch's, per model.
@@ -243,7 +280,7 @@ def bench_p1(args, cfg, torch_models, jax_params) -> dict:
         "torch_decoder_body_s": torch_body,
         "torch_lm_head_logsoftmax_gather_s": torch_head,
     }, args.repeats)
-    bd = {k: statistics.median(v) for k, v in bd_times.items()}
+    bd = {k: statistics.median(w for w, _ in v) for k, v in bd_times.items()}
     out["breakdown_one_model"] = {k: round(v, 4) for k, v in bd.items()}
     log(f"P1 breakdown (one model): {out['breakdown_one_model']}")
   return out
@@ -267,9 +304,10 @@ def bench_p2(args, cfg, torch_model, params) -> dict:
   out = {"batch": b, "prompt_len": plen, "max_new_tokens": n_new, "decoding": "greedy" if greedy else "sample_t1",
          "generated_tokens_per_call": b * n_new}
 
-  t0 = time.perf_counter()
+  t0, c0 = time.perf_counter(), compile_seconds()
   ours = sampler.generate(params, prompts, key, sp)  # compiles prefill + decode
-  out["ours_sampler"] = {"first_call_s_incl_compile": round(time.perf_counter() - t0, 3)}
+  out["ours_sampler"] = {"first_call_s_incl_compile": round(time.perf_counter() - t0, 3),
+                         "compile_s": round(compile_seconds() - c0, 3)}
   assert int(ours.lengths.min()) == n_new, f"a row stopped early: {ours.lengths}"
 
   input_ids = torch.from_numpy(prompts_np.astype(np.int64))
@@ -374,30 +412,35 @@ def bench_p3(args, cfg, params) -> dict:
          "decoding": "greedy", "continuation_cache_size": cache_size,
          "final_history_len": plen + turns * (n_obs + n_new)}
   arms = {"continuation": continuation_episode, "reprefill": reprefill_episode}
-  warm = {}
+  warm, compile_s = {}, {}
   for name, episode in arms.items():
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), compile_seconds()
     episode()  # warm-up: compiles every shape this arm uses
     warm[name] = time.perf_counter() - t0
-    log(f"P3 {name}: warm-up episode (incl. compile) {warm[name]:.1f} s")
+    compile_s[name] = compile_seconds() - c0
+    log(f"P3 {name}: warm-up episode {warm[name]:.1f} s, of which compile {compile_s[name]:.1f} s")
   runs = {name: [] for name in arms}
   for _ in range(max(1, args.p3_repeats)):  # arms alternate, like the other parts
     for name, episode in arms.items():
-      t0 = time.perf_counter()
+      c0, t0 = time.process_time(), time.perf_counter()
       per_turn, gens = episode()
-      runs[name].append((time.perf_counter() - t0, per_turn, gens))
+      wall = time.perf_counter() - t0
+      runs[name].append((wall, per_turn, gens, (time.process_time() - c0) / wall))
   results = {}
   for name in arms:
-    ordered = sorted(runs[name], key=lambda r: r[0])
-    total, per_turn, gens = ordered[(len(ordered) - 1) // 2]  # the median episode (lower median if even)
-    results[name] = gens
+    totals = [r[0] for r in runs[name]]
+    total = statistics.median(totals)
+    per_turn = [statistics.median(r[1][k] for r in runs[name]) for k in range(turns)]  # per-turn medians
+    results[name] = runs[name][0][2]
     out[name] = {"warmup_episode_s_incl_compile": round(warm[name], 3),
-                 "compile_s_estimate": round(max(0.0, warm[name] - total), 3),
-                 "total_s": round(total, 4), "min_total_s": round(ordered[0][0], 4),
-                 "episode_times_s": [round(r[0], 4) for r in runs[name]],
+                 "compile_s": round(compile_s[name], 3),
+                 "total_s": round(total, 4), "min_total_s": round(min(totals), 4),
+                 "episode_times_s": [round(x, 4) for x in totals],
+                 "cpu_util": [round(r[3], 2) for r in runs[name]],
                  "per_turn_s": [round(x, 4) for x in per_turn],
                  "turn1_s": round(per_turn[0], 4), f"turn{turns}_s": round(per_turn[-1], 4),
                  "mean_turn_2_to_end_s": round(float(np.mean(per_turn[1:])) if turns > 1 else per_turn[0], 4),
+                 "last_turn_over_first_turn": round(per_turn[-1] / per_turn[0], 3),
                  "linear_fit_per_turn": _linear_fit(per_turn),
                  "cumulative_s": [round(float(x), 4) for x in np.cumsum(per_turn)],
                  "generated_tokens_per_s": round(b * n_new * turns / total, 1)}
@@ -405,11 +448,73 @@ def bench_p3(args, cfg, params) -> dict:
   same = np.concatenate(results["continuation"], 1) == np.concatenate(results["reprefill"], 1)
   out["sanity_arms_agree"] = {"token_match_fraction": float(same.mean()), "rows_identical": int(same.all(1).sum()),
                               "rows": b}
+  if not args.no_breakdown:
+    # A decode step attends over (and moves) the whole static cache, so its cost follows the cache *capacity*,
+    # not the tokens in it: time the same turn-1 call with the smallest cache and with the episode's cache.
+    first = [list(prompt[r]) + list(obs[0, r]) for r in range(b)]
+    sp1 = SamplingParams(max_new_tokens=1, temperature=0.0)
+    bd = {}
+    for label, size in (("min_cache", None), ("episode_cache", cache_size)):
+      cap = size or _round_up(plen + n_obs + n_new, sampler.bucket)
+      fns = {n: (lambda s_=s_: sampler.generate(params, first, key, s_, cache_size=size)) for n, s_ in
+             (("one", sp1), ("full", sp))}
+      for fn in fns.values():
+        fn()
+      t = interleaved_times(fns, 3)
+      t_one, t_full = (min(w for w, _ in t[n]) for n in ("one", "full"))
+      bd[label] = {"cache_capacity": cap, "prefill_plus_1_step_s": round(t_one, 4),
+                   "decode_ms_per_step": round(1e3 * (t_full - t_one) / max(1, n_new - 1), 3)}
+    out["breakdown_turn1_vs_cache_capacity"] = bd
+    log(f"P3 breakdown: {bd}")
+
   r = out["reprefill"]["total_s"] / out["continuation"]["total_s"]
   r_best = out["reprefill"]["min_total_s"] / out["continuation"]["min_total_s"]
   out["ratio"] = {"ratio": round(r, 3), "ratio_best_of_repeats": round(r_best, 3), "target": TARGETS["p3"],
                   "met": bool(r >= TARGETS["p3"]), "definition": "reprefill total time / continuation total time"}
   return out
+
+
+def code_version() -> dict:
+  """The commit the package was benchmarked at, and whether its files differed from it."""
+  import subprocess
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  try:
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                          check=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "agentopd_jax"], cwd=root, capture_output=True,
+                           text=True, check=True).stdout.strip()
+    return {"commit": head, "package_modified_since_commit": bool(dirty)}
+  except (OSError, subprocess.CalledProcessError):
+    return {"commit": None}
+
+
+def machine_roofline() -> dict:
+  """What this CPU sustains: f32 GEMM throughput (JAX and torch) and weight-streaming bandwidth (a skinny matmul
+  over a 128 MiB matrix, the shape of a decode step). Used to judge how close each side is to the hardware."""
+  import jax
+  import jax.numpy as jnp
+  import torch
+
+  def best(fn, n=5):
+    fn()
+    ts = []
+    for _ in range(n):
+      t0 = time.perf_counter()
+      fn()
+      ts.append(time.perf_counter() - t0)
+    return min(ts)
+
+  m, k, n = 4096, 512, 4096
+  a, b = jnp.ones((m, k), jnp.float32), jnp.ones((k, n), jnp.float32)
+  mm = jax.jit(lambda a, b: a @ b)
+  t_jax = best(lambda: mm(a, b).block_until_ready())
+  ta, tb = torch.ones(m, k), torch.ones(k, n)
+  t_torch = best(lambda: ta @ tb)
+  w, x = jnp.ones((512, 65536), jnp.float32), jnp.ones((8, 512), jnp.float32)
+  t_mv = best(lambda: mm(x, w).block_until_ready())
+  return {"jax_sgemm_gflops": round(2 * m * k * n / t_jax / 1e9, 1),
+          "torch_sgemm_gflops": round(2 * m * k * n / t_torch / 1e9, 1),
+          "jax_weight_stream_gb_per_s": round(w.nbytes / t_mv / 1e9, 1)}
 
 
 # --- main -------------------------------------------------------------------------------------------------------
@@ -421,6 +526,7 @@ def main(argv=None) -> dict:
   import transformers
 
   torch.set_num_threads(args.threads)
+  install_compile_timer()
   t_start = time.perf_counter()
   result = {
       "benchmark": "foundation (issue 2)",
@@ -432,8 +538,11 @@ def main(argv=None) -> dict:
                   "load_avg_1_5_15_at_start": [round(x, 2) for x in os.getloadavg()]},
       "versions": {"python": platform.python_version(), "jax": jax.__version__, "torch": torch.__version__,
                    "transformers": transformers.__version__, "numpy": np.__version__},
+      "code": code_version(),
       "targets": TARGETS,
   }
+  result["machine"]["roofline"] = machine_roofline()
+  log(f"roofline: {result['machine']['roofline']}")
   n_models = 3 if "p1" in args.only else 1
   with tempfile.TemporaryDirectory(prefix="bench_foundation_") as workdir:
     t0 = time.perf_counter()
@@ -456,6 +565,20 @@ def main(argv=None) -> dict:
       summary[part] = result[part][key]
   if "p1_scoring" in result:
     summary["p1_scoring_full_featured"] = result["p1_scoring"]["ratio_full_vs_torch"]
+  # On a shared machine other processes can steal cores mid-run; flag parts where a timed run kept fewer than
+  # 70% of the cores busy (every contender here is multi-threaded and compute/bandwidth bound).
+  def utils(node):
+    if isinstance(node, dict):
+      for k, v in node.items():
+        if k == "cpu_util":
+          yield from v
+        else:
+          yield from utils(v)
+  floor = 0.7 * (os.cpu_count() or 1)
+  summary["contention_suspected"] = {part: bool(any(u < floor for u in utils(result[part])))
+                                     for part in ("p1_scoring", "p2_sampling", "p3_multiturn") if part in result}
+  if args.quick:  # the --quick shapes are too small to keep every core busy, so the check means nothing there
+    summary["contention_suspected"] = "not checked in --quick mode"
   result["summary"] = summary
   result["machine"]["load_avg_1_5_15_at_end"] = [round(x, 2) for x in os.getloadavg()]
   result["wall_s"] = round(time.perf_counter() - t_start, 1)

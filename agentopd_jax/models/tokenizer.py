@@ -25,6 +25,16 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+# verl-agent prompt templates (byte for byte; trailing spaces and U+2011 included) live with the env layer.
+from agentopd_jax.envs.verl_agent.prompts import (
+    ALFWORLD_TEMPLATE,
+    ALFWORLD_TEMPLATE_NO_HIS,
+    SEARCH_TEMPLATE,
+    SEARCH_TEMPLATE_NO_HIS,
+    WEBSHOP_TEMPLATE,
+    WEBSHOP_TEMPLATE_NO_HIS,
+)
+
 PAD_TOKEN = "<|endoftext|>"
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"  # Qwen instruct models stop generation on <|im_end|>, so it is our eos.
@@ -89,83 +99,6 @@ def apply_chat_template(
 # --------------------------------------------------------------------------------------------
 # Built-in training corpus
 # --------------------------------------------------------------------------------------------
-
-# verl-agent prompt templates (agent_system/environments/prompts/*.py at 796ed31), byte for byte:
-# note the trailing spaces after "tags. " and the non-breaking hyphen U+2011 in "e‑commerce".
-ALFWORLD_TEMPLATE_NO_HIS = """
-You are an expert agent operating in the ALFRED Embodied Environment.
-Your current observation is: {current_observation}
-Your admissible actions of the current situation are: [{admissible_actions}].
-
-Now it's your turn to take an action.
-You should first reason step-by-step about the current situation. This reasoning process MUST be enclosed within <think> </think> tags. 
-Once you've finished your reasoning, you should choose an admissible action for current step and present it within <action> </action> tags.
-"""
-
-ALFWORLD_TEMPLATE = """
-You are an expert agent operating in the ALFRED Embodied Environment. Your task is to: {task_description}
-Prior to this step, you have already taken {step_count} step(s). Below are the most recent {history_length} observations and the corresponding actions you took: {action_history}
-You are now at step {current_step} and your current observation is: {current_observation}
-Your admissible actions of the current situation are: [{admissible_actions}].
-
-Now it's your turn to take an action.
-You should first reason step-by-step about the current situation. This reasoning process MUST be enclosed within <think> </think> tags. 
-Once you've finished your reasoning, you should choose an admissible action for current step and present it within <action> </action> tags.
-"""
-
-WEBSHOP_TEMPLATE_NO_HIS = """
-You are an expert autonomous agent operating in the WebShop e\u2011commerce environment. 
-Your task is to: {task_description}.
-Your current observation is: {current_observation}.
-Your admissible actions of the current situation are: 
-[
-{available_actions}
-].
-
-Now it's your turn to take one action for the current step.
-You should first reason step-by-step about the current situation, then think carefully which admissible action best advances the shopping goal. This reasoning process MUST be enclosed within <think> </think> tags. 
-Once you've finished your reasoning, you should choose an admissible action for current step and present it within <action> </action> tags.
-"""
-
-WEBSHOP_TEMPLATE = """
-You are an expert autonomous agent operating in the WebShop e\u2011commerce environment.
-Your task is to: {task_description}.
-Prior to this step, you have already taken {step_count} step(s). Below are the most recent {history_length} observations and the corresponding actions you took: {action_history}
-You are now at step {current_step} and your current observation is: {current_observation}.
-Your admissible actions of the current situation are: 
-[
-{available_actions}
-].
-
-Now it's your turn to take one action for the current step.
-You should first reason step-by-step about the current situation, then think carefully which admissible action best advances the shopping goal. This reasoning process MUST be enclosed within <think> </think> tags. 
-Once you've finished your reasoning, you should choose an admissible action for current step and present it within <action> </action> tags.
-"""
-
-SEARCH_TEMPLATE_NO_HIS = """
-You are an expert agent tasked with answering the given question step-by-step.
-Your question: {task_description}
-
-Now it's your turn to respond for the current step.
-You should first conduct reasoning process. This process MUST be enclosed within <think> </think> tags. 
-After completing your reasoning, choose only one of the following actions (do not perform both):
-(1) If you find you lack some knowledge, you can call a search engine to get more external information using format: <search> your query </search>.
-(2) If you have enough knowledge to answer the question confidently, provide your final answer within <answer> </answer> tags, without detailed illustrations. For example, <answer>Beijing</answer>.
-"""
-
-SEARCH_TEMPLATE = """
-You are an expert agent tasked with answering the given question step-by-step.
-Your question: {task_description}
-
-Prior to this step, you have already taken {step_count} step(s). Below is the interaction history where <search> </search> wrapped your past search queries and <information> </information> wrapped the corresponding search results returned by the external search engine. History:
-{memory_context}
-
-Now it's your turn to respond for the current step.
-You should first conduct reasoning process. This process MUST be enclosed within <think> </think> tags. 
-After completing your reasoning, choose only one of the following actions (do not perform both):
-(1) If you find you lack some knowledge, you can call a search engine to get more external information using format: <search> your query </search>.
-(2) If you have enough knowledge to answer the question confidently, provide your final answer within <answer> </answer> tags, without detailed illustrations. For example, <answer>Beijing</answer>.
-"""
 
 # Search-R1 make_prefix (template "base"), verbatim including its typo "as your want".
 SEARCH_R1_PREFIX = (

@@ -156,11 +156,12 @@ class Decoder(nn.Module):
   """tokens [B, T] -> final-normed hidden states [B, T, D] (and the updated cache when one is given).
 
   positions: [B, T] rotary positions; segment_ids: [B, T] with 0 for padding. Unembed with `unembed_weight`.
+  cache_empty: static promise that `cache` holds no tokens yet, so attention need not read it.
   """
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, tokens, positions, segment_ids, cache: Optional[KVCache] = None
+  def __call__(self, tokens, positions, segment_ids, cache: Optional[KVCache] = None, cache_empty: bool = False
                ) -> Tuple[jnp.ndarray, Optional[KVCache]]:
     c = self.config
     embedding = _param(self, "embedding", (c.vocab_size, c.hidden_size), ("vocab", "embed"))
@@ -173,7 +174,8 @@ class Decoder(nn.Module):
     idx = jnp.arange(t)
     chunk_mask = ((idx[None, None, :] <= idx[None, :, None])
                   & (segment_ids[:, None, :] == segment_ids[:, :, None]) & valid[:, :, None])
-    if cache is None:
+    if cache is None or cache_empty:
+      # Nothing cached to attend to (a first prefill): skip the cache block entirely.
       layer_caches = cache_mask = None
     else:
       # Every cached slot precedes the chunk, so only segment matching applies (empty slots are segment 0).
@@ -265,10 +267,10 @@ def param_shardings(config: ModelConfig, mesh, rules=None):
   return sharding_lib.param_shardings(logical_axes(config), abstract_params(config), mesh, rules)
 
 
-def forward(config: ModelConfig, params, tokens, positions=None, segment_ids=None, cache=None):
+def forward(config: ModelConfig, params, tokens, positions=None, segment_ids=None, cache=None, cache_empty=False):
   """Functional entry point: returns (hidden [B, T, D], new cache or None)."""
   if segment_ids is None:
     segment_ids = jnp.ones_like(tokens)
   if positions is None:
     positions = positions_from_segments(segment_ids)
-  return Decoder(config).apply({"params": params}, tokens, positions, segment_ids, cache)
+  return Decoder(config).apply({"params": params}, tokens, positions, segment_ids, cache, cache_empty)

@@ -74,8 +74,16 @@ class SampleOutput:
     return self.tokens[b, :self.lengths[b]].tolist()
 
 
-def _round_up(n: int, multiple: int) -> int:
-  return max(multiple, -(-n // multiple) * multiple)
+def _bucket(n: int, minimum: int) -> int:
+  """Rounds n up to a shape bucket: multiples of `minimum` up to 8x it, then four buckets per power of two.
+
+  Bounds the number of compiled programs (prompt widths and cache sizes vary every call in RL rollouts) to a few
+  per octave while wasting at most 25% of the work on padding.
+  """
+  step = minimum
+  while n > 8 * step:
+    step *= 2
+  return max(minimum, -(-n // step) * step)
 
 
 def sample_from_logits(logits, key, temperature, top_p, *, greedy: bool, top_k: int, use_top_p: bool):
@@ -114,11 +122,12 @@ def _pin_cache(cache: transformer.KVCache, mesh) -> transformer.KVCache:
   return jax.lax.with_sharding_constraint(cache, transformer.cache_shardings(cache, mesh))
 
 
-def _append(config: ModelConfig, mesh, params, state: DecodeState, chunk, chunk_lens, new_pending):
+def _append(config: ModelConfig, mesh, params, state: DecodeState, chunk, chunk_lens, new_pending, *,
+            cache_empty: bool):
   """Feeds right-padded `chunk` [B, T] (chunk_lens valid per row) into the cache; sets the new pending tokens."""
   segment = (jnp.arange(chunk.shape[1])[None, :] < chunk_lens[:, None]).astype(jnp.int32)
   positions = state.cache.lengths[:, None] + jnp.arange(chunk.shape[1])[None, :]
-  _, cache = transformer.forward(config, params, chunk, positions, segment, state.cache)
+  _, cache = transformer.forward(config, params, chunk, positions, segment, state.cache, cache_empty=cache_empty)
   return DecodeState(cache=_pin_cache(cache, mesh), pending=new_pending)
 
 
@@ -167,7 +176,7 @@ def _decode(config: ModelConfig, mesh, params, state: DecodeState, key, active, 
 @functools.lru_cache(maxsize=None)
 def _jitted_steps(config: ModelConfig, mesh):
   """One pair of jitted steps per (model config, mesh), shared by all samplers so nothing compiles twice."""
-  append = jax.jit(functools.partial(_append, config, mesh), donate_argnums=(1,))
+  append = jax.jit(functools.partial(_append, config, mesh), donate_argnums=(1,), static_argnames=("cache_empty",))
   decode = jax.jit(functools.partial(_decode, config, mesh), donate_argnums=(1,),
                    static_argnames=("num_steps", "greedy", "top_k", "use_top_p", "pad_id"))
   return append, decode
@@ -214,7 +223,7 @@ class Sampler:
       raise ValueError("generate: every prompt needs at least one token")
     longest = max(len(p) for p in prompts)
     n_max = max(row_max_new_tokens) if row_max_new_tokens is not None else sampling.max_new_tokens
-    cache_size = cache_size or _round_up(longest + n_max, self.bucket)
+    cache_size = cache_size or _bucket(longest + n_max, self.bucket)
     state = self.init_state(len(prompts), cache_size)
     return self._feed_and_decode(params, state, [list(p) for p in prompts], key, sampling, None,
                                  row_max_new_tokens, row_stop_strings, first_turn=True)
@@ -268,16 +277,16 @@ class Sampler:
             f"{max_new[row]} max new tokens = {need} > cache_size {capacity}; pass a larger cache_size")
     width = max(len(f) for f in feeds)
     if width:
-      padded = np.full((b, _round_up(width, self.bucket)), self.pad_id, np.int32)
+      padded = np.full((b, _bucket(width, self.bucket)), self.pad_id, np.int32)
       for row, feed in enumerate(feeds):
         padded[row, :len(feed)] = feed
       state = self._append(params, state, jnp.asarray(padded), jnp.asarray([len(f) for f in feeds], jnp.int32),
-                           jnp.asarray(new_pending, jnp.int32))
+                           jnp.asarray(new_pending, jnp.int32), cache_empty=first_turn)
     else:
       state = DecodeState(cache=state.cache, pending=jnp.asarray(new_pending, jnp.int32))
 
     stop_ids, stop_next, stop_matched, stop_rows = self._stop_arrays(sampling, row_stops, b)
-    num_steps = _round_up(int(max_new.max()), self.bucket)
+    num_steps = _bucket(int(max_new.max()), self.bucket)
     greedy = sampling.temperature == 0.0
     state, toks, lps, mlps, n_gen, reasons = self._decode(
         params, state, key, jnp.asarray(active), jnp.asarray(max_new), stop_ids, stop_next, stop_matched,

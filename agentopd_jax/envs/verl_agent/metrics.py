@@ -1,0 +1,75 @@
+"""Episode metrics under verl-agent's key names (environments.md §2.7), so curves compare with published runs.
+
+verl-agent logs them as `episode/<key>` (training) and `val/<key>` (validation); pass that as `prefix`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from statistics import fmean
+
+# Checked in this order and the first substring hit wins, as in verl-agent ("pick_and_place" also catches
+# "pick_and_place_simple", the directory prefix of task type 1).
+ALFWORLD_TASK_TYPES = (
+    "pick_and_place", "pick_two_obj_and_place", "look_at_obj_in_light", "pick_heat_then_place_in_recep",
+    "pick_cool_then_place_in_recep", "pick_clean_then_place_in_recep",
+)  # fmt: skip
+WEBSHOP_SCORE_KEY = "webshop_task_score (not success_rate)"  # sic: verl-agent's key, spaces and all
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeRecord:
+  """One finished episode. `reward` sums env rewards over its active steps; `length` counts those steps and
+  `valid_actions` the ones whose projected action was valid. Optional fields add env-specific metrics:
+  ALFWorld `gamefile`, WebShop `task_score` (raw score in [0, 1]), Search `data_source` and `tool_calls`.
+  """
+  gamefile: str | None
+  won: bool
+  reward: float
+  length: int
+  valid_actions: int
+  task_score: float | None = None
+  data_source: str | None = None
+  tool_calls: int | None = None
+
+  def __post_init__(self):
+    if self.length < 1 or not 0 <= self.valid_actions <= self.length:
+      raise ValueError(f"need 1 <= length and 0 <= valid_actions <= length, got {self.length}, {self.valid_actions}")
+
+
+def alfworld_task_type(gamefile: str) -> str | None:
+  """The task type named in a game file path, or None."""
+  return next((t for t in ALFWORLD_TASK_TYPES if t in gamefile), None)
+
+
+def _success_rates(episodes: Sequence[EpisodeRecord]) -> dict[str, float]:
+  """Success overall and per group; a group's key appears only when it has episodes (as verl-agent's dict)."""
+  groups: dict[str, list[float]] = {"success_rate": [float(e.won) for e in episodes]}
+  for e in episodes:
+    task_type = alfworld_task_type(e.gamefile) if e.gamefile else None
+    for name in (task_type, e.data_source):
+      if name:
+        groups.setdefault(f"{name}_success_rate", []).append(float(e.won))
+  return {k: fmean(v) for k, v in groups.items()}
+
+
+def episode_metrics(episodes: Sequence[EpisodeRecord], prefix: str = "") -> dict[str, float]:
+  """Aggregate finished episodes into verl-agent's metrics.
+
+  `valid_action_ratio` is over steps, not episodes (verl-agent averages the flag over all step samples), so long
+  episodes weigh more. Tool-call means appear only when every episode reports `tool_calls`.
+  """
+  if not episodes:
+    raise ValueError("episode_metrics needs at least one episode")
+  out = _success_rates(episodes)
+  scores = [e.task_score for e in episodes if e.task_score is not None]
+  if scores:
+    out[WEBSHOP_SCORE_KEY] = fmean(scores)
+  out["valid_action_ratio"] = sum(e.valid_actions for e in episodes) / sum(e.length for e in episodes)
+  for name, values in (("reward", [e.reward for e in episodes]), ("length", [e.length for e in episodes])):
+    out.update({f"{name}/mean": fmean(values), f"{name}/max": float(max(values)), f"{name}/min": float(min(values))})
+  if all(e.tool_calls is not None for e in episodes):
+    out["tool_call_count/mean"] = fmean(e.tool_calls for e in episodes)
+    for source in sorted({e.data_source for e in episodes if e.data_source}):
+      out[f"{source}/tool_call_count/mean"] = fmean(e.tool_calls for e in episodes if e.data_source == source)
+  return {prefix + k: float(v) for k, v in out.items()}
