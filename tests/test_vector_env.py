@@ -93,7 +93,7 @@ def test_group_members_play_the_same_game():
     for g in (0, 1):
       members = [i for i, gid in enumerate(groups) if gid == g]
       assert len({obs[i] for i in members}) == 1 and all(infos[i] == infos[members[0]] for i in members)
-    obs, scores, dones, infos = vec.step(["double"] * 6)
+    obs = vec.step(["double"] * 6)[0]
     assert len(set(obs[:3])) == 1 and len(set(obs[3:])) == 1
 
 
@@ -106,7 +106,7 @@ def test_inactive_envs_are_untouched():
     ref = SerialEnvs(2)
     ref.reset([5, 6])
     assert vec.step(["double", None])[0][0] == ref.step(["double", None])[0][0]  # env 0 starts only now
-    with pytest.raises(ValueError, match="3 actions|2 actions"):
+    with pytest.raises(ValueError, match="needs 2 actions"):
       vec.step(["add 1"] * 3)
 
 

@@ -13,8 +13,8 @@ keep a GRPO group (consecutive envs, see `group_tasks`) on as few workers as pos
 few whole groups rather than one member of many groups.
 
 A step sends every worker its batch first and only then collects the replies, so workers run in parallel and one
-call costs about the slowest worker's time. Failures, all reported per env as a *failed episode* (done=True,
-score=0, infos `won=False`, `env_failed=True`, `error` with the reason or the traceback), never as an exception:
+call costs about the slowest worker's time. Failures are all reported per env as a *failed episode* (obs "",
+score 0, done True, infos `won=False`, `env_failed=True`, `error`: the reason or the traceback), never raised:
   * env code raises (in factory, reset or step): only that env's episode fails; the worker lives on, and the env
     object is rebuilt with the factory at the next reset since an env that raised may be half-updated.
   * a worker dies (killed, segfault, `os._exit`) or does not answer within the timeout: it is killed and a fresh
@@ -52,7 +52,7 @@ def group_tasks(tasks: Sequence[Any], group_size: int) -> Tuple[List[Any], List[
           [g for g in range(len(tasks)) for _ in range(group_size)])
 
 
-class WorkerLost(Exception):
+class _WorkerLost(Exception):
   """A worker that died or did not answer in time; its message ends up in the failed episodes' infos."""
 
 
@@ -153,14 +153,14 @@ class _ProcessBackend:
           try:
             out[w] = self._conns[w].recv()
           except (EOFError, OSError):
-            out[w] = WorkerLost(self._death(w))
+            out[w] = _WorkerLost(self._death(w))
         elif self._procs[w].exitcode is not None:
-          out[w] = WorkerLost(self._death(w))
+          out[w] = _WorkerLost(self._death(w))
         else:
           continue
         waiting.discard(w)
     for w in waiting:
-      out[w] = WorkerLost(f"worker {w} (pid {self._procs[w].pid}) did not answer within {timeout_s:g} s")
+      out[w] = _WorkerLost(f"worker {w} (pid {self._procs[w].pid}) did not answer within {timeout_s:g} s")
     return out
 
   def _death(self, w: int) -> str:
@@ -198,10 +198,11 @@ class _RayBackend:
   def __init__(self, factory, sizes: List[int]):
     try:
       import ray
+      from ray.exceptions import RayError
     except ImportError as e:
-      raise ImportError("VectorEnv(backend='ray') needs Ray, which is not installed: `pip install 'ray[default]'`, "
-                        "or use the default backend='process'") from e
-    self._ray = ray
+      raise ImportError(f"VectorEnv(backend='ray') needs Ray, which could not be imported ({e}): install it with "
+                        "`pip install ray`, or use the default backend='process'") from e
+    self._ray, self._ray_error = ray, RayError
     if not ray.is_initialized():
       ray.init()
     self._actor_cls = ray.remote(_EnvHost)
@@ -219,12 +220,12 @@ class _RayBackend:
     out = {}
     for w, ref in refs.items():
       if ref not in ready:
-        out[w] = WorkerLost(f"ray actor {w} did not answer within {timeout_s:g} s")
+        out[w] = _WorkerLost(f"ray actor {w} did not answer within {timeout_s:g} s")
         continue
       try:
         out[w] = self._ray.get(ref)
-      except self._ray.exceptions.RayError as e:  # the actor died, or its reply could not be delivered
-        out[w] = WorkerLost(f"ray actor {w} failed: {e}")
+      except self._ray_error as e:  # the actor died, or its reply could not be delivered
+        out[w] = _WorkerLost(f"ray actor {w} failed: {e}")
     return out
 
   def restart(self, w: int):
@@ -247,7 +248,7 @@ class VectorEnv:
   reset(tasks) -> (obs, infos); step(actions) -> (obs, scores, dones, infos); lists of length `num_envs`. A `None`
   action, or an env whose episode is done, is left alone and returns its last values. See the module docstring for
   the failure semantics. `start_method` is "spawn" (safe with a JAX/threaded parent) or "forkserver" (same safety,
-  faster worker restarts); `fork` is refused because forking a process that runs JAX threads can deadlock.
+  faster worker starts); `fork` is refused because forking a process that runs JAX threads can deadlock.
   """
 
   def __init__(self, factory: Callable[[], Any], num_workers: int, num_envs: Optional[int] = None, *,
@@ -338,7 +339,7 @@ class VectorEnv:
         self._restart(w, "interrupted while waiting for this worker")
       raise
     for w, reply in replies.items():
-      if isinstance(reply, WorkerLost):
+      if isinstance(reply, _WorkerLost):
         self._restart(w, str(reply))
         continue
       for (j, _), (ok, value) in zip(batches[w], reply):
