@@ -1,4 +1,4 @@
-"""Env rewards as verl-agent defines them, and the per-step invalid-action penalty (environments.md §2.4, §4.3, §4.7).
+"""Env rewards as verl-agent defines them, and the per-step invalid-action penalty (environments.md §2.4, 4.3, 4.7).
 
 Only full success is rewarded (ALFWorld 10·won, WebShop 10 only for a perfect purchase, Search exact match), so
 GRPO compares episodes by outcome; the small penalty for malformed steps is what teaches the output format early.
