@@ -27,12 +27,12 @@ from pathlib import Path
 
 # verl-agent prompt templates (byte for byte; trailing spaces and U+2011 included) live with the env layer.
 from agentopd_jax.envs.verl_agent.prompts import (
-    ALFWORLD_TEMPLATE,
-    ALFWORLD_TEMPLATE_NO_HIS,
-    SEARCH_TEMPLATE,
-    SEARCH_TEMPLATE_NO_HIS,
-    WEBSHOP_TEMPLATE,
-    WEBSHOP_TEMPLATE_NO_HIS,
+  ALFWORLD_TEMPLATE,
+  ALFWORLD_TEMPLATE_NO_HIS,
+  SEARCH_TEMPLATE,
+  SEARCH_TEMPLATE_NO_HIS,
+  WEBSHOP_TEMPLATE,
+  WEBSHOP_TEMPLATE_NO_HIS,
 )
 
 PAD_TOKEN = "<|endoftext|>"
@@ -43,10 +43,10 @@ SPECIAL_TOKENS = (PAD_TOKEN, IM_START, IM_END)  # order fixes their ids: 0, 1, 2
 # Qwen-style ChatML without Qwen's default system prompt: prompts here are byte-exact
 # environment renders, and an implicit system message would make them depend on the template.
 QWEN_CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+  "{% for message in messages %}"
+  "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+  "{% endfor %}"
+  "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
 # Bump when the corpus or training recipe changes so stale cached tokenizers are not reused.
@@ -62,38 +62,38 @@ _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
 def load_tokenizer(path: str | os.PathLike):
-    """Load a tokenizer from a local folder only (never the Hub).
+  """Load a tokenizer from a local folder only (never the Hub).
 
-    Checked up front because AutoTokenizer, given a missing folder, treats the string as a Hub
-    repo id and fails with a confusing network/offline error instead of naming the path.
-    """
-    from transformers import AutoTokenizer  # heavy import (~3 s); only pay it when used
+  Checked up front because AutoTokenizer, given a missing folder, treats the string as a Hub
+  repo id and fails with a confusing network/offline error instead of naming the path.
+  """
+  from transformers import AutoTokenizer  # heavy import (~3 s); only pay it when used
 
-    folder = Path(path).expanduser()
-    if not folder.is_dir():
-        raise FileNotFoundError(f"tokenizer folder not found: {folder}")
-    if not any((folder / name).is_file() for name in _TOKENIZER_FILES):
-        raise FileNotFoundError(f"no tokenizer files ({', '.join(_TOKENIZER_FILES)}) in folder: {folder}")
-    return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+  folder = Path(path).expanduser()
+  if not folder.is_dir():
+    raise FileNotFoundError(f"tokenizer folder not found: {folder}")
+  if not any((folder / name).is_file() for name in _TOKENIZER_FILES):
+    raise FileNotFoundError(f"no tokenizer files ({', '.join(_TOKENIZER_FILES)}) in folder: {folder}")
+  return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
 
 
 def render_chat(tokenizer, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True) -> str:
-    """The chat template applied to ``messages``, as text."""
-    return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=add_generation_prompt)
+  """The chat template applied to ``messages``, as text."""
+  return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=add_generation_prompt)
 
 
 def apply_chat_template(
-    tokenizer, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True
+  tokenizer, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True
 ) -> list[int]:
-    """The chat template applied to ``messages``, as a plain list of token ids.
+  """The chat template applied to ``messages``, as a plain list of token ids.
 
-    transformers v5 returns a BatchEncoding (dict-like) for ``tokenize=True`` where v4 returned
-    a list; normalise so callers never see the difference.
-    """
-    out = tokenizer.apply_chat_template(list(messages), tokenize=True, add_generation_prompt=add_generation_prompt)
-    if isinstance(out, Mapping) or hasattr(out, "input_ids"):
-        out = out["input_ids"]
-    return [int(i) for i in out]
+  transformers v5 returns a BatchEncoding (dict-like) for ``tokenize=True`` where v4 returned
+  a list; normalise so callers never see the difference.
+  """
+  out = tokenizer.apply_chat_template(list(messages), tokenize=True, add_generation_prompt=add_generation_prompt)
+  if isinstance(out, Mapping) or hasattr(out, "input_ids"):
+    out = out["input_ids"]
+  return [int(i) for i in out]
 
 
 # --------------------------------------------------------------------------------------------
@@ -102,12 +102,12 @@ def apply_chat_template(
 
 # Search-R1 make_prefix (template "base"), verbatim including its typo "as your want".
 SEARCH_R1_PREFIX = (
-    "Answer the given question. You must conduct reasoning inside <think> and </think> first every time you get new "
-    "information. After reasoning, if you find you lack some knowledge, you can call a search engine by <search> query "
-    "</search> and it will return the top searched results between <information> and </information>. You can search as "
-    "many times as your want. If you find no further external knowledge needed, you can directly provide the answer "
-    "inside <answer> and </answer>, without detailed illustrations. For example, <answer> Beijing </answer>. "
-    "Question: {question}\n"
+  "Answer the given question. You must conduct reasoning inside <think> and </think> first every time you get new "
+  "information. After reasoning, if you find you lack some knowledge, you can call a search engine by <search> query "
+  "</search> and it will return the top searched results between <information> and </information>. You can search as "
+  "many times as your want. If you find no further external knowledge needed, you can directly provide the answer "
+  "inside <answer> and </answer>, without detailed illustrations. For example, <answer> Beijing </answer>. "
+  "Question: {question}\n"
 )
 
 # ALFWorld names as they appear in text: ALFRED types lower-cased, no spaces (alfworld constants.py).
@@ -134,12 +134,12 @@ _GOALS = (
     "put two {o} in {r}.", "find two {o} and put them in {r}.",
 )  # fmt: skip
 _THOUGHTS = (
-    "I need to find the {o} first. It is likely on the {r}.",
-    "I am holding the {o}. Now I should go to the {r}.",
-    "The {r} is closed, so I should open it to look inside.",
-    "To complete the task I must heat the {o} with the microwave before placing it.",
-    "Nothing happened, so that action was not admissible. Let me try another one.",
-    "I have not checked the {r} yet; the {o} may be there.",
+  "I need to find the {o} first. It is likely on the {r}.",
+  "I am holding the {o}. Now I should go to the {r}.",
+  "The {r} is closed, so I should open it to look inside.",
+  "To complete the task I must heat the {o} with the microwave before placing it.",
+  "Nothing happened, so that action was not admissible. Let me try another one.",
+  "I have not checked the {r} yet; the {o} may be there.",
 )
 _WS_NOUNS = ("hair extension", "running shoes", "phone case", "coffee mug", "yoga mat", "wireless earbuds",
              "t-shirt", "backpack", "desk lamp", "face moisturizer", "dog leash", "water bottle")  # fmt: skip
@@ -157,178 +157,177 @@ _SR_ANSWERS = ("Wilhelm Röntgen", "Paris", "Egypt", "Albert Einstein", "1066", 
 
 
 def _join_a(names: Sequence[str]) -> str:
-    """TextWorld list rendering: 'a x', 'a x, and a y', 'a x, a y, and a z'; always article 'a'."""
-    items = [f"a {n}" for n in names]
-    if not items:
-        return "nothing"
-    if len(items) == 1:
-        return items[0]
-    return ", ".join(items[:-1]) + ", and " + items[-1]
+  """TextWorld list rendering: 'a x', 'a x, and a y', 'a x, a y, and a z'; always article 'a'."""
+  items = [f"a {n}" for n in names]
+  if not items:
+    return "nothing"
+  if len(items) == 1:
+    return items[0]
+  return ", ".join(items[:-1]) + ", and " + items[-1]
 
 
 def _history(records: Sequence[tuple[str, str]], first: int) -> str:
-    """verl-agent SimpleMemory.fetch: one '[Observation n: ..., Action n: ...]' line per record."""
-    lines = (f"[Observation {first + i}: '{ob}', Action {first + i}: '{ac}']" for i, (ob, ac) in enumerate(records))
-    return "\n".join(lines)
+  """verl-agent SimpleMemory.fetch: one '[Observation n: ..., Action n: ...]' line per record."""
+  lines = (f"[Observation {first + i}: '{ob}', Action {first + i}: '{ac}']" for i, (ob, ac) in enumerate(records))
+  return "\n".join(lines)
 
 
 def _alfworld_episode(rng: random.Random) -> list[str]:
-    """One synthetic ALFWorld episode: reset text, commands, feedback, and the verl-agent prompts."""
-    # Scene: receptacles numbered per type; lists read alphabetical, numbers descending (Demangler order).
-    kinds = sorted(rng.sample(ALFWORLD_RECEPTACLES, rng.randint(5, 12)))
-    recs = [f"{k} {n}" for k in kinds for n in range(rng.choice((1, 1, 2, 3, 4, 6, 9)), 0, -1)]
-    contents: dict[str, list[str]] = {r: [] for r in recs}
-    for k in sorted(rng.sample(ALFWORLD_OBJECTS, rng.randint(4, 10))):
-        for n in range(rng.randint(1, 3), 0, -1):
-            contents[rng.choice(recs)].append(f"{k} {n}")
-    obj = rng.choice([o for r in recs for o in contents[r]] or ["apple 1"])
-    goal = rng.choice(_GOALS).format(o=obj.split()[0], r=rng.choice(kinds))
-    old_grammar = rng.random() < 0.3  # 2.1.1 ("put ... in/on", "loc N") vs 2.1.3 ("move ... to")
+  """One synthetic ALFWorld episode: reset text, commands, feedback, and the verl-agent prompts."""
+  # Scene: receptacles numbered per type; lists read alphabetical, numbers descending (Demangler order).
+  kinds = sorted(rng.sample(ALFWORLD_RECEPTACLES, rng.randint(5, 12)))
+  recs = [f"{k} {n}" for k in kinds for n in range(rng.choice((1, 1, 2, 3, 4, 6, 9)), 0, -1)]
+  contents: dict[str, list[str]] = {r: [] for r in recs}
+  for k in sorted(rng.sample(ALFWORLD_OBJECTS, rng.randint(4, 10))):
+    for n in range(rng.randint(1, 3), 0, -1):
+      contents[rng.choice(recs)].append(f"{k} {n}")
+  obj = rng.choice([o for r in recs for o in contents[r]] or ["apple 1"])
+  goal = rng.choice(_GOALS).format(o=obj.split()[0], r=rng.choice(kinds))
+  old_grammar = rng.random() < 0.3  # 2.1.1 ("put ... in/on", "loc N") vs 2.1.3 ("move ... to")
 
-    def examine(r: str, opened: bool) -> str:
-        if r.split()[0] in _OPENABLE:
-            return f"The {r} is open. In it, you see {_join_a(contents[r])}." if opened else f"The {r} is closed."
-        return f"On the {r}, you see {_join_a(contents[r])}."
+  def examine(r: str, opened: bool) -> str:
+    if r.split()[0] in _OPENABLE:
+      return f"The {r} is open. In it, you see {_join_a(contents[r])}." if opened else f"The {r} is closed."
+    return f"On the {r}, you see {_join_a(contents[r])}."
 
-    obs = (
-        "-= Welcome to TextWorld, ALFRED! =-\n\n"
-        f"You are in the middle of a room. Looking quickly around you, you see {_join_a(recs)}.\n\n"
-        f"Your task is to: {goal}"
-    )
-    texts, memory, here, held = [obs], [], None, None
-    for step in range(rng.randint(3, 8)):
-        r = rng.choice(recs)
-        o = rng.choice(contents[r]) if contents[r] else obj
-        admissible = {f"go to {x}" for x in recs if x != here} | {"inventory", "look"}
-        if here:
-            admissible |= {f"examine {here}"} | {f"take {x} from {here}" for x in contents[here]}
-        admissible = sorted(admissible)  # the env sorts lexicographically; sorting also removes set-order randomness
-        choice = rng.randrange(10)
-        if choice < 3 or here is None:
-            action = f"go to {r}"
-            loc = f"loc {rng.randint(1, 40)}" if old_grammar else r
-            feedback, here = f"You arrive at {loc}. {examine(r, False)}", r
-        elif choice == 3:
-            action, feedback = f"open {here}", f"You open the {here}. {examine(here, True)}"
-        elif choice == 4:
-            action, feedback, held = f"take {o} from {here}", f"You pick up the {o} from the {here}.", o
-        elif choice == 5:
-            verb, tool = rng.choice((("heat", "microwave 1"), ("cool", "fridge 1"), ("clean", "sinkbasin 1")))
-            action, feedback = f"{verb} {held or o} with {tool}", f"You {verb} the {held or o} using the {tool}."
-        elif choice == 6:
-            if old_grammar:
-                action, feedback = f"put {held or o} in/on {here}", f"You put the {held or o} in/on the {here}."
-            else:
-                action, feedback = f"move {held or o} to {here}", f"You move the {held or o} to the {here}."
-        elif choice == 7:
-            action = "inventory"
-            feedback = f"You are carrying: a {held}." if held else "You are not carrying anything."
-        elif choice == 8:
-            action, feedback = f"examine {held or o}", rng.choice(
+  obs = (
+    "-= Welcome to TextWorld, ALFRED! =-\n\n"
+    f"You are in the middle of a room. Looking quickly around you, you see {_join_a(recs)}.\n\n"
+    f"Your task is to: {goal}"
+  )
+  texts, memory, here, held = [obs], [], None, None
+  for step in range(rng.randint(3, 8)):
+    r = rng.choice(recs)
+    o = rng.choice(contents[r]) if contents[r] else obj
+    admissible = {f"go to {x}" for x in recs if x != here} | {"inventory", "look"}
+    if here:
+      admissible |= {f"examine {here}"} | {f"take {x} from {here}" for x in contents[here]}
+    admissible = sorted(admissible)  # the env sorts lexicographically; sorting also removes set-order randomness
+    choice = rng.randrange(10)
+    if choice < 3 or here is None:
+      action = f"go to {r}"
+      loc = f"loc {rng.randint(1, 40)}" if old_grammar else r
+      feedback, here = f"You arrive at {loc}. {examine(r, False)}", r
+    elif choice == 3:
+      action, feedback = f"open {here}", f"You open the {here}. {examine(here, True)}"
+    elif choice == 4:
+      action, feedback, held = f"take {o} from {here}", f"You pick up the {o} from the {here}.", o
+    elif choice == 5:
+      verb, tool = rng.choice((("heat", "microwave 1"), ("cool", "fridge 1"), ("clean", "sinkbasin 1")))
+      action, feedback = f"{verb} {held or o} with {tool}", f"You {verb} the {held or o} using the {tool}."
+    elif choice == 6:
+      if old_grammar:
+        action, feedback = f"put {held or o} in/on {here}", f"You put the {held or o} in/on the {here}."
+      else:
+        action, feedback = f"move {held or o} to {here}", f"You move the {held or o} to the {here}."
+    elif choice == 7:
+      action = "inventory"
+      feedback = f"You are carrying: a {held}." if held else "You are not carrying anything."
+    elif choice == 8:
+      action, feedback = f"examine {held or o}", rng.choice(
                 (f"This is a hot {held or o}.", f"This is a cold {held or o}.", f"This is a clean {held or o}.",
                  f"There's nothing special about {held or o}.", f"You turn on the {held or o}.")
             )  # fmt: skip
-        else:
-            action, feedback = rng.choice((f"Go to {r}", "look around", f"take {o}")), "Nothing happens."
-        actions = "\n ".join(f"'{a}'" for a in admissible)
-        if step == 0:
-            prompt = ALFWORLD_TEMPLATE_NO_HIS.format(current_observation=obs, admissible_actions=actions)
-        else:
-            recent = memory[-2:]  # verl-agent's default env.history_length
-            history = _history(recent, first=len(memory) - len(recent) + 1)
-            prompt = ALFWORLD_TEMPLATE.format(
+    else:
+      action, feedback = rng.choice((f"Go to {r}", "look around", f"take {o}")), "Nothing happens."
+    actions = "\n ".join(f"'{a}'" for a in admissible)
+    if step == 0:
+      prompt = ALFWORLD_TEMPLATE_NO_HIS.format(current_observation=obs, admissible_actions=actions)
+    else:
+      recent = memory[-2:]  # verl-agent's default env.history_length
+      history = _history(recent, first=len(memory) - len(recent) + 1)
+      prompt = ALFWORLD_TEMPLATE.format(
                 task_description=goal, step_count=len(memory), history_length=len(recent), action_history=history,
                 current_step=len(memory) + 1, current_observation=obs, admissible_actions=actions,
             )  # fmt: skip
-        thought = rng.choice(_THOUGHTS).format(o=o, r=r)
-        texts += [prompt, f"<think>{thought}</think>\n<action>{action}</action>", action, feedback]
-        memory.append((obs, action))
-        obs = feedback
-    return texts
+    thought = rng.choice(_THOUGHTS).format(o=o, r=r)
+    texts += [prompt, f"<think>{thought}</think>\n<action>{action}</action>", action, feedback]
+    memory.append((obs, action))
+    obs = feedback
+  return texts
 
 
 def _webshop_episode(rng: random.Random) -> list[str]:
-    noun, adj = rng.choice(_WS_NOUNS), rng.choice(_WS_ADJS)
-    color, size, price = rng.choice(_WS_COLORS), rng.choice(_WS_SIZES), rng.choice((10, 20, 30, 40, 50, 100))
-    task = f"i need a {adj} {noun} with color: {color}, and size: {size}, and price lower than {price}.00 dollars"
-    asins = [
-        "B0" + "".join(rng.choice("ABCDEFGHJKLMNPQRSTUVWXYZ0123456789") for _ in range(8))
-        for _ in range(rng.randint(2, 5))
-    ]
-    results = ["Back to Search", f"Page 1 (Total results: {rng.randint(10, 50)})", "Next >"]
-    for a in asins:
-        title = f"{adj.title()} {noun.title()} {rng.choice(_WS_SIZES)}"
-        results += [a, title, f"${rng.randint(3, 99)}.{rng.randint(0, 99):02d}"]
-    item = ["Back to Search", "< Prev", "color", color, rng.choice(_WS_COLORS), "size", size,
+  noun, adj = rng.choice(_WS_NOUNS), rng.choice(_WS_ADJS)
+  color, size, price = rng.choice(_WS_COLORS), rng.choice(_WS_SIZES), rng.choice((10, 20, 30, 40, 50, 100))
+  task = f"i need a {adj} {noun} with color: {color}, and size: {size}, and price lower than {price}.00 dollars"
+  asins = [
+    "B0" + "".join(rng.choice("ABCDEFGHJKLMNPQRSTUVWXYZ0123456789") for _ in range(8)) for _ in range(rng.randint(2, 5))
+  ]
+  results = ["Back to Search", f"Page 1 (Total results: {rng.randint(10, 50)})", "Next >"]
+  for a in asins:
+    title = f"{adj.title()} {noun.title()} {rng.choice(_WS_SIZES)}"
+    results += [a, title, f"${rng.randint(3, 99)}.{rng.randint(0, 99):02d}"]
+  item = ["Back to Search", "< Prev", "color", color, rng.choice(_WS_COLORS), "size", size,
             f"{adj.title()} {noun.title()}", f"Price: ${rng.randint(3, 99)}.99", "Rating: N.A.", "Description",
             "Features", "Reviews", "Buy Now"]  # fmt: skip
-    pages = [
+  pages = [
         (["Search"], ["search[<your query>]"]),
         (results, ["click[back to search]", "click[next >]"] + [f"click[{a.lower()}]" for a in asins]),
         (item, ["click[back to search]", "click[< prev]", "click[description]", "click[features]",
                 "click[reviews]", "click[buy now]", f"click[{color}]", f"click[{size}]"]),
     ]  # fmt: skip
-    texts, memory = ["WebShop [SEP] Instruction: [SEP] " + task + " [SEP] Search"], []
-    for step, (parts, clickables) in enumerate(pages):
-        obs = " [SEP] ".join(f"'{p}'" for p in parts)
-        available = "\n".join(f"'{c}'," for c in clickables)
-        if step == 0:
-            prompt = WEBSHOP_TEMPLATE_NO_HIS.format(
-                task_description=task, current_observation=obs, available_actions=available
-            )
-        else:
-            history = _history(memory, first=1)
-            prompt = WEBSHOP_TEMPLATE.format(
+  texts, memory = ["WebShop [SEP] Instruction: [SEP] " + task + " [SEP] Search"], []
+  for step, (parts, clickables) in enumerate(pages):
+    obs = " [SEP] ".join(f"'{p}'" for p in parts)
+    available = "\n".join(f"'{c}'," for c in clickables)
+    if step == 0:
+      prompt = WEBSHOP_TEMPLATE_NO_HIS.format(
+        task_description=task, current_observation=obs, available_actions=available
+      )
+    else:
+      history = _history(memory, first=1)
+      prompt = WEBSHOP_TEMPLATE.format(
                 task_description=task, step_count=len(memory), history_length=len(memory), action_history=history,
                 current_step=len(memory) + 1, current_observation=obs, available_actions=available,
             )  # fmt: skip
-        action = f"search[{adj} {noun}]" if step == 0 else rng.choice(clickables)
-        texts += [prompt, f"<think>I should look for a {adj} {noun} in {color}.</think>\n<action>{action}</action>"]
-        memory.append((obs, action))
-    return texts
+    action = f"search[{adj} {noun}]" if step == 0 else rng.choice(clickables)
+    texts += [prompt, f"<think>I should look for a {adj} {noun} in {color}.</think>\n<action>{action}</action>"]
+    memory.append((obs, action))
+  return texts
 
 
 def _search_episode(rng: random.Random) -> list[str]:
-    subject = rng.choice(_SR_SUBJECTS)
-    question = rng.choice(_SR_QUESTIONS).format(s=subject) + "?"
-    answer = rng.choice(_SR_ANSWERS)
-    docs = "".join(
-        f'Doc {i + 1}: "{subject.title()}"\n{subject.capitalize()} is associated with {rng.choice(_SR_ANSWERS)}.\n'
-        for i in range(3)
-    )
-    information = "<information>" + json.dumps({"result": docs}) + "</information>"
-    memory = f"Step 1:<search>{subject}</search> {information}\n"
-    return [
-        SEARCH_R1_PREFIX.format(question=question),
-        SEARCH_TEMPLATE_NO_HIS.format(task_description=question),
-        SEARCH_TEMPLATE.format(task_description=question, step_count=1, memory_context=memory),
-        f"<think>I need to find out {question}</think>\n<search>{subject}</search>",
-        information,
-        f"<think>The documents say the answer is {answer}.</think>\n<answer>{answer}</answer>",
-    ]
+  subject = rng.choice(_SR_SUBJECTS)
+  question = rng.choice(_SR_QUESTIONS).format(s=subject) + "?"
+  answer = rng.choice(_SR_ANSWERS)
+  docs = "".join(
+    f'Doc {i + 1}: "{subject.title()}"\n{subject.capitalize()} is associated with {rng.choice(_SR_ANSWERS)}.\n'
+    for i in range(3)
+  )
+  information = "<information>" + json.dumps({"result": docs}) + "</information>"
+  memory = f"Step 1:<search>{subject}</search> {information}\n"
+  return [
+    SEARCH_R1_PREFIX.format(question=question),
+    SEARCH_TEMPLATE_NO_HIS.format(task_description=question),
+    SEARCH_TEMPLATE.format(task_description=question, step_count=1, memory_context=memory),
+    f"<think>I need to find out {question}</think>\n<search>{subject}</search>",
+    information,
+    f"<think>The documents say the answer is {answer}.</think>\n<answer>{answer}</answer>",
+  ]
 
 
 def default_corpus(seed: int = 0) -> list[str]:
-    """Deterministic training texts (a few thousand) in the style of our agent environments.
+  """Deterministic training texts (a few thousand) in the style of our agent environments.
 
-    Only ordered containers and a seeded ``random.Random`` are used, so the result is
-    byte-identical across calls, processes and PYTHONHASHSEED values.
-    """
-    rng = random.Random(seed)
-    texts: list[str] = []
-    # Every name alone and numbered, so each one is seen even if no episode draws it.
-    texts += [f"{n} {i}" for n in ALFWORLD_RECEPTACLES + ALFWORLD_OBJECTS for i in (1, 2, 3)]
-    # Chat-structure words and tags as they appear around special tokens.
-    texts += ["system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.", "user\n", "assistant\n"]
-    texts += ["<think> </think>", "<action> </action>", "<search> </search>", "<answer> </answer>",
+  Only ordered containers and a seeded ``random.Random`` are used, so the result is
+  byte-identical across calls, processes and PYTHONHASHSEED values.
+  """
+  rng = random.Random(seed)
+  texts: list[str] = []
+  # Every name alone and numbered, so each one is seen even if no episode draws it.
+  texts += [f"{n} {i}" for n in ALFWORLD_RECEPTACLES + ALFWORLD_OBJECTS for i in (1, 2, 3)]
+  # Chat-structure words and tags as they appear around special tokens.
+  texts += ["system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.", "user\n", "assistant\n"]
+  texts += ["<think> </think>", "<action> </action>", "<search> </search>", "<answer> </answer>",
               "<information> </information>", "Nothing happens."]  # fmt: skip
-    for _ in range(150):
-        texts += _alfworld_episode(rng)
-    for _ in range(80):
-        texts += _webshop_episode(rng)
-    for _ in range(80):
-        texts += _search_episode(rng)
-    return texts
+  for _ in range(150):
+    texts += _alfworld_episode(rng)
+  for _ in range(80):
+    texts += _webshop_episode(rng)
+  for _ in range(80):
+    texts += _search_episode(rng)
+  return texts
 
 
 # --------------------------------------------------------------------------------------------
@@ -337,69 +336,69 @@ def default_corpus(seed: int = 0) -> list[str]:
 
 
 def build_tokenizer(out_dir: str | os.PathLike, texts: Sequence[str] | None = None, vocab_size: int = 1024):
-    """Train a byte-level BPE tokenizer on ``texts``, save it in HF format to ``out_dir``, reload it.
+  """Train a byte-level BPE tokenizer on ``texts``, save it in HF format to ``out_dir``, reload it.
 
-    Returns the tokenizer as ``load_tokenizer(out_dir)`` gives it, so callers test exactly what
-    later runs will load. ``vocab_size`` is an upper bound: training stops early when the corpus
-    has no more pairs to merge.
-    """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+  Returns the tokenizer as ``load_tokenizer(out_dir)`` gives it, so callers test exactly what
+  later runs will load. ``vocab_size`` is an upper bound: training stops early when the corpus
+  has no more pairs to merge.
+  """
+  from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+  from transformers import PreTrainedTokenizerFast
 
-    texts = default_corpus() if texts is None else list(texts)
-    bpe = Tokenizer(models.BPE())
-    # No prefix space: a leading "Ġ" would make encode(a) + encode(b) != encode(a + b) at turn starts.
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=list(SPECIAL_TOKENS),
-        # All 256 byte symbols are in the vocab, so any UTF-8 input encodes without <unk>.
-        initial_alphabet=sorted(pre_tokenizers.ByteLevel.alphabet()),
-        show_progress=False,
-    )
-    bpe.train_from_iterator(texts, trainer=trainer)
+  texts = default_corpus() if texts is None else list(texts)
+  bpe = Tokenizer(models.BPE())
+  # No prefix space: a leading "Ġ" would make encode(a) + encode(b) != encode(a + b) at turn starts.
+  bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+  bpe.decoder = decoders.ByteLevel()
+  trainer = trainers.BpeTrainer(
+    vocab_size=vocab_size,
+    special_tokens=list(SPECIAL_TOKENS),
+    # All 256 byte symbols are in the vocab, so any UTF-8 input encodes without <unk>.
+    initial_alphabet=sorted(pre_tokenizers.ByteLevel.alphabet()),
+    show_progress=False,
+  )
+  bpe.train_from_iterator(texts, trainer=trainer)
 
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=bpe,
-        eos_token=IM_END,
-        pad_token=PAD_TOKEN,
-        extra_special_tokens=[IM_START],
-        # Cleanup rewrites " ." -> "." on decode and breaks lossless round trips; v5 already skips it
-        # for BPE, but saying so in tokenizer_config.json keeps older transformers from applying it.
-        clean_up_tokenization_spaces=False,
-    )
-    tok.chat_template = QWEN_CHAT_TEMPLATE
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tok.save_pretrained(str(out))
-    return load_tokenizer(out)
+  tok = PreTrainedTokenizerFast(
+    tokenizer_object=bpe,
+    eos_token=IM_END,
+    pad_token=PAD_TOKEN,
+    extra_special_tokens=[IM_START],
+    # Cleanup rewrites " ." -> "." on decode and breaks lossless round trips; v5 already skips it
+    # for BPE, but saying so in tokenizer_config.json keeps older transformers from applying it.
+    clean_up_tokenization_spaces=False,
+  )
+  tok.chat_template = QWEN_CHAT_TEMPLATE
+  out = Path(out_dir)
+  out.mkdir(parents=True, exist_ok=True)
+  tok.save_pretrained(str(out))
+  return load_tokenizer(out)
 
 
 def builtin_tokenizer_dir(cache_dir: str | os.PathLike | None = None, vocab_size: int = 1024) -> Path:
-    """Folder the built-in tokenizer lives in: ``<cache root>/tokenizer-<version>-<vocab_size>``.
+  """Folder the built-in tokenizer lives in: ``<cache root>/tokenizer-<version>-<vocab_size>``.
 
-    The cache root is ``cache_dir``, else ``$AGENTOPD_CACHE``, else ``~/.cache/agentopd_jax``.
-    """
-    root = cache_dir if cache_dir is not None else os.environ.get("AGENTOPD_CACHE", "~/.cache/agentopd_jax")
-    return Path(root).expanduser() / f"tokenizer-{BUILTIN_VERSION}-{vocab_size}"
+  The cache root is ``cache_dir``, else ``$AGENTOPD_CACHE``, else ``~/.cache/agentopd_jax``.
+  """
+  root = cache_dir if cache_dir is not None else os.environ.get("AGENTOPD_CACHE", "~/.cache/agentopd_jax")
+  return Path(root).expanduser() / f"tokenizer-{BUILTIN_VERSION}-{vocab_size}"
 
 
 def builtin_tokenizer(cache_dir: str | os.PathLike | None = None, vocab_size: int = 1024):
-    """The built-in tokenizer, trained on ``default_corpus()`` once and then loaded from the cache."""
-    final = builtin_tokenizer_dir(cache_dir, vocab_size)
-    if not final.is_dir():
-        final.parent.mkdir(parents=True, exist_ok=True)
-        # Build next to the target and rename into place: the rename is atomic, so a crash
-        # never leaves a half-written folder that a later call would mistake for a cache hit.
-        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
-        try:
-            build_tokenizer(tmp, vocab_size=vocab_size)
-            try:
-                os.replace(tmp, final)
-            except OSError:
-                if not final.is_dir():  # a concurrent builder winning the race is fine; anything else is not
-                    raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return load_tokenizer(final)
+  """The built-in tokenizer, trained on ``default_corpus()`` once and then loaded from the cache."""
+  final = builtin_tokenizer_dir(cache_dir, vocab_size)
+  if not final.is_dir():
+    final.parent.mkdir(parents=True, exist_ok=True)
+    # Build next to the target and rename into place: the rename is atomic, so a crash
+    # never leaves a half-written folder that a later call would mistake for a cache hit.
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    try:
+      build_tokenizer(tmp, vocab_size=vocab_size)
+      try:
+        os.replace(tmp, final)
+      except OSError:
+        if not final.is_dir():  # a concurrent builder winning the race is fine; anything else is not
+          raise
+    finally:
+      shutil.rmtree(tmp, ignore_errors=True)
+  return load_tokenizer(final)
