@@ -1,0 +1,96 @@
+"""The expert solves every generated game: from the reset state and from states random play reached (as DAgger needs),
+on the fast engine; and its plans, stored as each game's walkthrough, win on the real engine too.
+
+500 games (250 per text version, all splits). The real-engine replay costs about a second a game, run in two
+processes; `ALFWORLD_EXPERT_REAL_GAMES` limits how many of the 500 it replays (default: all).
+"""
+import importlib.util
+import json
+import os
+import random
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+
+import pytest
+
+if importlib.util.find_spec("alfworld") is None:
+  pytest.skip("alfworld is not installed: games are built from its alfred.pddl/.twl2", allow_module_level=True)
+
+from agentopd_jax.envs.alfworld import data, generator  # noqa: E402
+from agentopd_jax.envs.alfworld.engine_fast import MAX_STEPS, FastEngine  # noqa: E402
+from agentopd_jax.envs.alfworld.expert import Expert, solve  # noqa: E402
+
+SIZES = {"train": 150, "valid_seen": 50, "valid_unseen": 50}  # per text version
+REAL_GAMES = int(os.environ.get("ALFWORLD_EXPERT_REAL_GAMES", 500))
+
+
+@pytest.fixture(scope="module")
+def gamefiles(tmp_path_factory):
+  out = []
+  for version in ("2.1.3", "2.1.1"):
+    root = str(tmp_path_factory.mktemp(f"alfworld_{version}"))
+    generator.generate(root, SIZES, seed=3, version=version)
+    out += [path for split in data.SPLITS for path in data.game_files(split, root)]
+  return out
+
+
+def test_five_hundred_games(gamefiles):
+  assert len(gamefiles) == 500
+  assert set(data.by_task_type(gamefiles)) == set(generator.REAL_COUNTS["train"])
+
+
+def test_expert_wins_every_game_fast_engine(gamefiles):
+  lengths = []
+  for path in gamefiles:
+    env = FastEngine(path)
+    env.reset()
+    plan = solve(env)
+    for action in plan:
+      _, score, done, infos = env.step(action)
+    assert (score, done, infos["won"]) == (1.0, True, True), path
+    with open(path) as f:
+      assert json.load(f)["walkthrough"] == plan
+    lengths.append(len(plan))
+  assert max(lengths) < MAX_STEPS
+
+
+def test_expert_recovers_from_random_states(gamefiles):
+  """DAgger-style use: after random play the expert, asked for one action at a time, still wins."""
+  rng = random.Random(0)
+  for path in gamefiles[::2]:
+    env = FastEngine(path, max_steps=200)
+    _, infos = env.reset()
+    for _ in range(rng.randrange(25)):
+      _, _, done, infos = env.step(rng.choice(infos["admissible_commands"]))
+      if done:
+        break
+    expert = Expert(env)
+    for _ in range(60):
+      if infos["won"]:
+        break
+      action = expert.next_action(env)
+      assert action in infos["admissible_commands"], (path, action)
+      _, _, _, infos = env.step(action)
+    assert infos["won"], path
+
+
+def _replay(path):
+  from agentopd_jax.envs.alfworld.engine_textworld import TextWorldEngine
+
+  with open(path) as f:
+    plan = json.load(f)["walkthrough"]
+  env = TextWorldEngine(path)
+  env.reset()
+  for action in plan:
+    _, score, done, infos = env.step(action)
+  return path, (score, done, infos["won"])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("textworld") is None,
+                    reason="textworld is not importable: the real engine is `pip install textworld[pddl]==1.7.0`")
+def test_expert_wins_every_game_real_engine(gamefiles):
+  with ProcessPoolExecutor(max_workers=2, mp_context=get_context("spawn")) as pool:
+    chosen = gamefiles[::max(1, len(gamefiles) // REAL_GAMES)][:REAL_GAMES]  # spread over versions and splits
+    outcomes = list(pool.map(_replay, chosen, chunksize=8))
+  assert len(outcomes) == min(REAL_GAMES, 500)
+  assert [path for path, out in outcomes if out != (1.0, True, True)] == []
