@@ -157,14 +157,12 @@ class Decoder(nn.Module):
 
   positions: [B, T] rotary positions; segment_ids: [B, T] with 0 for padding. Unembed with `unembed_weight`.
   cache_empty: static promise that `cache` holds no tokens yet, so attention need not read it.
-  unroll: unroll the layer loop. Decoding wants it: a rolled loop slices each layer's weights out of the stacked
-    arrays into fresh buffers every step, an extra pass over all weights in a weight-bandwidth-bound step.
   """
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, tokens, positions, segment_ids, cache: Optional[KVCache] = None, cache_empty: bool = False,
-               unroll: bool = False) -> Tuple[jnp.ndarray, Optional[KVCache]]:
+  def __call__(self, tokens, positions, segment_ids, cache: Optional[KVCache] = None, cache_empty: bool = False
+               ) -> Tuple[jnp.ndarray, Optional[KVCache]]:
     c = self.config
     embedding = _param(self, "embedding", (c.vocab_size, c.hidden_size), ("vocab", "embed"))
     x = jnp.take(embedding, tokens, axis=0).astype(c.compute_dtype)
@@ -189,8 +187,7 @@ class Decoder(nn.Module):
       layer = nn.remat(layer, prevent_cse=False)
     stack = nn.scan(layer, variable_axes={"params": 0}, split_rngs={"params": True},
                     in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
-                    length=c.num_layers, unroll=c.num_layers if unroll else 1,
-                    metadata_params={nn.PARTITION_NAME: "layers"})
+                    length=c.num_layers, metadata_params={nn.PARTITION_NAME: "layers"})
     x, (new_k, new_v) = stack(c, name="layers")(x, layer_caches, cos, sin, chunk_mask, cache_mask)
     x = RMSNorm(c, name="final_norm")(x)
     if not c.tie_embeddings:
@@ -270,11 +267,10 @@ def param_shardings(config: ModelConfig, mesh, rules=None):
   return sharding_lib.param_shardings(logical_axes(config), abstract_params(config), mesh, rules)
 
 
-def forward(config: ModelConfig, params, tokens, positions=None, segment_ids=None, cache=None, cache_empty=False,
-            unroll=False):
+def forward(config: ModelConfig, params, tokens, positions=None, segment_ids=None, cache=None, cache_empty=False):
   """Functional entry point: returns (hidden [B, T, D], new cache or None)."""
   if segment_ids is None:
     segment_ids = jnp.ones_like(tokens)
   if positions is None:
     positions = positions_from_segments(segment_ids)
-  return Decoder(config).apply({"params": params}, tokens, positions, segment_ids, cache, cache_empty, unroll)
+  return Decoder(config).apply({"params": params}, tokens, positions, segment_ids, cache, cache_empty)

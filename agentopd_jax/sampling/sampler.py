@@ -145,8 +145,7 @@ def _decode(config: ModelConfig, mesh, params, state: DecodeState, key, active, 
   def body(carry):
     step, st, done, toks, lps, mlps, n_gen, stop_state, reasons = carry
     seg = (~done).astype(jnp.int32)[:, None]
-    hidden, cache = transformer.forward(config, params, st.pending[:, None], st.cache.lengths[:, None], seg, st.cache,
-                                        unroll=True)
+    hidden, cache = transformer.forward(config, params, st.pending[:, None], st.cache.lengths[:, None], seg, st.cache)
     logits = jnp.einsum("bd,dv->bv", hidden[:, 0].astype(config.compute_dtype), w_out.astype(config.compute_dtype),
                         preferred_element_type=jnp.float32)
     tok, lp, mlp = sample_from_logits(logits, jax.random.fold_in(key, step), temperature, top_p,
