@@ -15,12 +15,13 @@ time per game is reported separately, since a trainer loads a game per episode. 
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import random
 import sys
 import tempfile
 import time
+
+from common import emit_json
 
 TARGET = 100.0
 
@@ -116,11 +117,7 @@ def main(argv=None) -> dict:
       "meets_target": identical and fast_sps / real_sps >= TARGET,
       "machine": {"python": platform.python_version(), "processor": platform.processor() or platform.machine()},
   }
-  text = json.dumps(result, indent=2)
-  print(text)
-  if args.out:
-    with open(args.out, "w") as f:
-      f.write(text + "\n")
+  emit_json(result, args.out)
   return result
 
 

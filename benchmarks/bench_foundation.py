@@ -18,13 +18,14 @@ goes to stderr); `--out FILE` also writes them to a file.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
 import sys
 import tempfile
 import time
+
+from common import emit_json
 from typing import Callable, List
 
 import numpy as np
@@ -582,11 +583,7 @@ def main(argv=None) -> dict:
   result["summary"] = summary
   result["machine"]["load_avg_1_5_15_at_end"] = [round(x, 2) for x in os.getloadavg()]
   result["wall_s"] = round(time.perf_counter() - t_start, 1)
-  text = json.dumps(result, indent=2)
-  print(text)
-  if args.out:
-    with open(args.out, "w") as f:
-      f.write(text + "\n")
+  emit_json(result, args.out)
   return result
 
 

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
 import random
 import sys
 import tempfile
 import time
+
+from common import emit_json
 
 
 def log(msg: str) -> None:
@@ -99,11 +100,7 @@ def main(argv=None):
       "vector_startup_s": round(startup, 2),
       "identical_transcripts": got == ref,
   }
-  text = json.dumps(result, indent=2)
-  print(text)
-  if args.out:
-    with open(args.out, "w") as f:
-      f.write(text + "\n")
+  emit_json(result, args.out)
 
 
 if __name__ == "__main__":

@@ -73,7 +73,7 @@ def _hf_tensors(path: str) -> Dict[str, np.ndarray]:
 # Each rule: our param path, HF name (with {i} for the layer), to-ours transform, to-HF transform.
 
 def _rules(c: ModelConfig):
-  d, h, kv, hd, f = c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size
+  d, h, kv, hd = c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim
   t = lambda w: w.T
   ident = lambda w: w
   rules = [
