@@ -49,3 +49,17 @@ def hf_checkpoints(tmp_path_factory):
     model.save_pretrained(path)
     out[family] = (model, str(path))
   return out
+
+
+def pytest_sessionstart(session):
+  """In CI the real ALFWorld engine is part of the test command (`.[test,envs]`): its tests must run, not skip.
+
+  Locally, the ALFWorld test modules skip with a reason when textworld/alfworld are absent; under CI a missing
+  package ends the run as a failure instead, so a skipped differential test can never pass for a green build.
+  """
+  import importlib.util
+
+  if os.environ.get("CI"):
+    missing = [m for m in ("textworld", "alfworld") if importlib.util.find_spec(m) is None]
+    if missing:
+      pytest.exit(f"CI: {missing} not installed; install the envs extra (pip install -e '.[test,envs]')", returncode=1)

@@ -143,7 +143,7 @@ def _cost(f, facts: Facts) -> Tuple[int, int]:
 def _require_bound(f, env: Dict[str, str]) -> None:
   free = [t for t in _terms(f) if t.startswith("?") and env.get(t) is None and t in env]
   if free:
-    raise NotImplementedError(f"goal tests {free} before any atom binds them; ALFWorld goals never do")
+    raise ValueError(f"unsupported PDDL goal: it tests {free} before any atom binds them (ALFWorld goals never do)")
 
 
 def _terms(f) -> Iterator[str]:
