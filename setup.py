@@ -14,6 +14,9 @@ CORE = [
     "ml-collections==1.1.0",
     "numpy>=2.0,<2.5",
     "tqdm==4.70.1",
+    # Metrics logging: TensorBoard event files without TensorFlow, and curve plots / eval reports.
+    "tensorboardX==2.6.5",
+    "matplotlib==3.11.2",
     # Tokenizers, configs and safetensors I/O; transformers v5 has no Flax models, ours are our own code.
     "transformers==5.24.0",
     "tokenizers==0.23.3",

@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 
-from common import emit_json
+from common import emit_json, machine_roofline
 from typing import Callable, List
 
 import numpy as np
@@ -487,35 +487,6 @@ def code_version() -> dict:
     return {"commit": head, "package_modified_since_commit": bool(dirty)}
   except (OSError, subprocess.CalledProcessError):
     return {"commit": None}
-
-
-def machine_roofline() -> dict:
-  """What this CPU sustains: f32 GEMM throughput (JAX and torch) and weight-streaming bandwidth (a skinny matmul
-  over a 128 MiB matrix, the shape of a decode step). Used to judge how close each side is to the hardware."""
-  import jax
-  import jax.numpy as jnp
-  import torch
-
-  def best(fn, n=5):
-    fn()
-    ts = []
-    for _ in range(n):
-      t0 = time.perf_counter()
-      fn()
-      ts.append(time.perf_counter() - t0)
-    return min(ts)
-
-  m, k, n = 4096, 512, 4096
-  a, b = jnp.ones((m, k), jnp.float32), jnp.ones((k, n), jnp.float32)
-  mm = jax.jit(lambda a, b: a @ b)
-  t_jax = best(lambda: mm(a, b).block_until_ready())
-  ta, tb = torch.ones(m, k), torch.ones(k, n)
-  t_torch = best(lambda: ta @ tb)
-  w, x = jnp.ones((512, 65536), jnp.float32), jnp.ones((8, 512), jnp.float32)
-  t_mv = best(lambda: mm(x, w).block_until_ready())
-  return {"jax_sgemm_gflops": round(2 * m * k * n / t_jax / 1e9, 1),
-          "torch_sgemm_gflops": round(2 * m * k * n / t_torch / 1e9, 1),
-          "jax_weight_stream_gb_per_s": round(w.nbytes / t_mv / 1e9, 1)}
 
 
 # --- main -------------------------------------------------------------------------------------------------------

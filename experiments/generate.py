@@ -4,43 +4,25 @@
   python experiments/generate.py --config=configs/sample.py --config.model.path=/models/Qwen2.5-0.5B-Instruct
 """
 import json
-import os
 import time
 
 import jax
 from absl import app
 from ml_collections import config_flags
 
-from agentopd_jax.models import hf_io, transformer
-from agentopd_jax.models.config import preset
-from agentopd_jax.models.tokenizer import apply_chat_template, builtin_tokenizer, load_tokenizer
+from agentopd_jax.models.loading import load_model_and_tokenizer
+from agentopd_jax.models.tokenizer import apply_chat_template
 from agentopd_jax.parallel import sharding
 from agentopd_jax.sampling.sampler import Sampler, SamplingParams
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/sample.py", "Sampling config.", lock_config=True)
 
 
-def load_model_and_tokenizer(c, mesh):
-  if c.model.path:
-    overrides = {"param_dtype": c.model.param_dtype} if c.model.param_dtype else {}
-    config, params = hf_io.load_hf(c.model.path, mesh=mesh, **overrides)
-  else:
-    config = preset(c.model.preset)
-    params = jax.device_put(transformer.init_params(config, jax.random.key(c.seed)),
-                            transformer.param_shardings(config, mesh))
-  tok_path = c.tokenizer_path or (c.model.path if c.model.path and os.path.isfile(
-      os.path.join(c.model.path, "tokenizer.json")) else "")
-  tokenizer = load_tokenizer(tok_path) if tok_path else builtin_tokenizer()
-  if len(tokenizer) > config.vocab_size:
-    raise ValueError(f"tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {config.vocab_size}")
-  return config, params, tokenizer
-
-
 def main(argv):
   del argv
   c = _CONFIG.value
   mesh = sharding.make_mesh(tuple(c.mesh_shape))
-  config, params, tokenizer = load_model_and_tokenizer(c, mesh)
+  config, params, tokenizer = load_model_and_tokenizer(c.model, c.tokenizer_path, c.seed, mesh)
   sampler = Sampler(config, tokenizer=tokenizer, pad_id=tokenizer.pad_token_id or 0)
   sp = SamplingParams(max_new_tokens=c.sampling.max_new_tokens, temperature=c.sampling.temperature,
                       top_k=c.sampling.top_k, top_p=c.sampling.top_p, stop_strings=tuple(c.sampling.stop_strings),

@@ -1,0 +1,42 @@
+"""Validation episodes on a fixed panel of problems: episode records for metrics, and a per-problem outcome record.
+
+The panel and the sampling key are fixed for a whole run, so two checkpoints are compared on the same games with
+the same random numbers (common random numbers make their difference far less noisy). The outcome record
+{problem id: (successes, attempts)} is what each checkpoint carries for Agentic-OPD's coverage-based scheduling.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Sequence, Tuple
+
+import jax
+
+from agentopd_jax.envs.verl_agent.metrics import EpisodeRecord
+from agentopd_jax.rollout.engine import RolloutEngine
+from agentopd_jax.rollout.types import EpisodeResult
+from agentopd_jax.sampling.sampler import SamplingParams
+
+
+def episode_record(ep: EpisodeResult) -> EpisodeRecord:
+  return EpisodeRecord(gamefile=ep.problem_id, won=ep.won, reward=ep.reward, length=max(ep.length, 1),
+                       valid_actions=min(ep.valid_actions, max(ep.length, 1)))
+
+
+def outcomes_of(episodes: Sequence[EpisodeResult]) -> Dict[str, Tuple[int, int]]:
+  """problem id -> (successes, attempts); failed env episodes are not attempts (the policy never played them)."""
+  out: Dict[str, Tuple[int, int]] = {}
+  for ep in episodes:
+    if ep.env_failed:
+      continue
+    s, a = out.get(ep.problem_id, (0, 0))
+    out[ep.problem_id] = (s + int(ep.won), a + 1)
+  return out
+
+
+def validate(engine: RolloutEngine, params, panel: Sequence[str], attempts: int, key: jax.Array,
+             sampling: SamplingParams) -> Tuple[List[EpisodeRecord], Dict[str, Tuple[int, int]], Dict[str, float]]:
+  """Plays each panel problem `attempts` times (the engine's vector env must host len(panel) * attempts envs)."""
+  tasks = [p for p in panel for _ in range(attempts)]
+  groups = [g for g in range(len(panel)) for _ in range(attempts)]
+  result = engine.run(params, tasks, tasks, groups, key, sampling)
+  played = [ep for ep in result.episodes if not ep.env_failed]
+  return [episode_record(ep) for ep in played], outcomes_of(result.episodes), result.stats

@@ -1,0 +1,123 @@
+"""Per-token loss terms and their aggregation, as pure functions over target-indexed [B, T] arrays.
+
+Every term returns per-token values that are already zero off the loss mask; `agg_loss` turns them into a scalar.
+Aggregation divides by a `Normalizer` counted once over the whole *mini-batch* instead of over each micro-batch, so
+the micro-batch losses of a gradient-accumulation loop add up to exactly the mini-batch loss (verl divides each
+micro-batch by its own token count and averages, which weighs tokens unevenly when micro-batches differ in length).
+Formulas follow verl `core_algos` (`agg_loss`, `compute_policy_loss`, `kl_penalty`).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import chex
+import jax.numpy as jnp
+
+AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+KL_KINDS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
+_LOG_RATIO_CLAMP = 20.0   # verl clamps log π_θ − log π_old (and the k3 log-ratio) to ±20 before exp
+_K3_CLAMP = 10.0          # verl clamps the k3 estimate itself to ±10
+
+
+@chex.dataclass
+class Normalizer:
+  """Denominators of the mini-batch: `tokens` = Σ mask, `sequences` = rows with ≥ 1 loss token (each ≥ 1)."""
+  tokens: jnp.ndarray
+  sequences: jnp.ndarray
+
+
+def normalizer_for(mask: jnp.ndarray) -> Normalizer:
+  """The normaliser of a (mini-)batch mask [B, T]; compute it over the whole mini-batch, before splitting."""
+  chex.assert_rank(mask, 2)
+  m = mask.astype(jnp.float32)
+  tokens = jnp.sum(m)
+  sequences = jnp.sum((jnp.sum(m, axis=-1) > 0).astype(jnp.float32))
+  return Normalizer(tokens=jnp.maximum(tokens, 1.0), sequences=jnp.maximum(sequences, 1.0))
+
+
+def agg_loss(values: jnp.ndarray, mask: jnp.ndarray, mode: str, normalizer: Normalizer) -> jnp.ndarray:
+  """Scalar from per-token values v [B, T] and mask m [B, T]:
+
+    token-mean:           Σ_{b,t} v·m / N_tokens
+    seq-mean-token-mean:  Σ_b [Σ_t v·m / Σ_t m] / N_seqs     (rows without loss tokens contribute 0)
+    seq-mean-token-sum:   Σ_b Σ_t v·m / N_seqs
+
+  N_tokens, N_seqs come from `normalizer` (the mini-batch's), so the result is additive over row splits.
+  """
+  chex.assert_rank([values, mask], 2)
+  chex.assert_equal_shape([values, mask])
+  if mode not in AGG_MODES:
+    raise ValueError(f"unknown loss_agg_mode {mode!r}; choices: {AGG_MODES}")
+  m = mask.astype(values.dtype)
+  if mode == "token-mean":
+    return jnp.sum(values * m) / normalizer.tokens
+  row_sum = jnp.sum(values * m, axis=-1)
+  if mode == "seq-mean-token-mean":
+    row_sum = row_sum / jnp.maximum(jnp.sum(m, axis=-1), 1.0)
+  return jnp.sum(row_sum) / normalizer.sequences
+
+
+class PolicyLossTerms(NamedTuple):
+  """Per-token outputs of `ppo_dual_clip_loss`, all [B, T] and zero off the mask."""
+  loss: jnp.ndarray          # the dual-clipped surrogate loss
+  clipped: jnp.ndarray       # 1 where the ε-clip is active (pg2 > pg1): token-mean = verl pg_clipfrac
+  dual_clipped: jnp.ndarray  # 1 where A < 0 and the c-bound is active: token-mean = verl pg_clipfrac_lower
+  approx_kl: jnp.ndarray     # log π_old − log π_θ (clamped log-ratio): token-mean = verl ppo_kl
+
+
+def ppo_dual_clip_loss(logprobs: jnp.ndarray, old_logprobs: jnp.ndarray, advantages: jnp.ndarray, mask: jnp.ndarray,
+                       clip_low: float, clip_high: float, clip_c: float) -> PolicyLossTerms:
+  """PPO clipped surrogate with dual clip (Ye et al. 2020; verl `compute_policy_loss`), per token:
+
+    ρ = exp(clamp(log π_θ − log π_old, −20, 20))
+    pg1 = −A·ρ,   pg2 = −A·clip(ρ, 1 − ε_low, 1 + ε_high),   L_clip = max(pg1, pg2)
+    L = min(L_clip, −A·c)  if A < 0  else  L_clip
+
+  The dual clip bounds the loss of a negative-advantage token whose ratio has grown far above 1 (c > 1).
+  """
+  chex.assert_rank([logprobs, old_logprobs, advantages, mask], 2)
+  chex.assert_equal_shape([logprobs, old_logprobs, advantages, mask])
+  if not clip_c > 1.0:
+    raise ValueError(f"ppo_dual_clip_loss: clip_c must be > 1 (dual-clip lower bound), got {clip_c}")
+  m = mask.astype(logprobs.dtype)
+  log_ratio = jnp.clip(logprobs - old_logprobs, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+  ratio = jnp.exp(log_ratio)
+  pg1 = -advantages * ratio
+  pg2 = -advantages * jnp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high)
+  clip1 = jnp.maximum(pg1, pg2)
+  pg3 = -advantages * clip_c
+  negative = advantages < 0
+  loss = jnp.where(negative, jnp.minimum(clip1, pg3), clip1)
+  clipped = (pg2 > pg1).astype(m.dtype)
+  dual_clipped = ((clip1 > pg3) & negative).astype(m.dtype)
+  return PolicyLossTerms(loss=loss * m, clipped=clipped * m, dual_clipped=dual_clipped * m, approx_kl=-log_ratio * m)
+
+
+def kl_penalty(logprobs: jnp.ndarray, ref_logprobs: jnp.ndarray, kind: str) -> jnp.ndarray:
+  """Per-token estimate of KL(π_θ ‖ π_ref) from sampled-token log-probs (Schulman 2020; verl `kl_penalty`):
+
+    kl / k1:          log π_θ − log π_ref
+    abs:              |log π_θ − log π_ref|
+    mse / k2:         ½ (log π_θ − log π_ref)²
+    low_var_kl / k3:  δ = clamp(log π_ref − log π_θ, −20, 20);  clamp(e^δ − δ − 1, −10, 10)
+
+  Not masked: multiply by (or aggregate with) the loss mask.
+  """
+  chex.assert_equal_shape([logprobs, ref_logprobs])
+  if kind in ("kl", "k1"):
+    return logprobs - ref_logprobs
+  if kind == "abs":
+    return jnp.abs(logprobs - ref_logprobs)
+  if kind in ("mse", "k2"):
+    return 0.5 * jnp.square(logprobs - ref_logprobs)
+  if kind in ("low_var_kl", "k3"):
+    delta = jnp.clip(ref_logprobs - logprobs, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+    return jnp.clip(jnp.exp(delta) - delta - 1.0, -_K3_CLAMP, _K3_CLAMP)
+  raise ValueError(f"unknown kl kind {kind!r}; choices: {KL_KINDS}")
+
+
+def sft_nll(logprobs: jnp.ndarray, mask: jnp.ndarray) -> jnp.ndarray:
+  """Per-token negative log-likelihood −log π_θ(y_t)·m_t (supervised warm start on demonstrations)."""
+  chex.assert_rank([logprobs, mask], 2)
+  chex.assert_equal_shape([logprobs, mask])
+  return -logprobs * mask.astype(logprobs.dtype)

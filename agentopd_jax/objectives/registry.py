@@ -1,0 +1,190 @@
+"""Objectives chosen by name: what each needs scored, and how its loss and metrics are assembled.
+
+An `Objective` couples two things the train step must agree on: which scoring branches to run (`score_config`: a
+reference forward only when the KL term is on, a teacher forward only for distillation objectives) and the loss.
+Later methods (OPID, SDAR, Agentic-OPD) register their own objectives, typically reusing `grpo_loss` and adding an
+auxiliary per-token term, so the train step never branches on the method.
+
+Metric convention: every metric is a *contribution* that sums over the micro-batches of a mini-batch to the
+mini-batch value (token statistics are divided by the mini-batch `Normalizer`), so the train step just adds them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+
+import jax
+import jax.numpy as jnp
+
+from agentopd_jax.objectives.losses import (AGG_MODES, KL_KINDS, Normalizer, agg_loss, kl_penalty,
+                                            ppo_dual_clip_loss, sft_nll)
+from agentopd_jax.rollout.batch import TrainBatch
+from agentopd_jax.scoring.fused import ScoreConfig, Scores
+
+Metrics = Dict[str, jnp.ndarray]
+
+
+@dataclasses.dataclass(frozen=True)
+class LossConfig:
+  """Loss hyperparameters (hashable: pass it as a static argument to jit). Defaults = verl-agent GRPO."""
+  objective: str = "grpo"
+  clip_ratio_low: float = 0.2      # ε_low:  ρ clipped below at 1 − ε_low
+  clip_ratio_high: float = 0.2     # ε_high: ρ clipped above at 1 + ε_high
+  clip_ratio_c: float = 3.0        # dual-clip bound c > 1 for A < 0
+  kl_coef: float = 0.0             # β_KL of the KL(π_θ ‖ π_ref) loss term; 0 = no reference forward
+  kl_type: str = "low_var_kl"
+  entropy_coef: float = 0.0        # c_ent of the −c_ent·H bonus
+  loss_agg_mode: str = "token-mean"
+  pg_loss_coef: float = 1.0        # 0 turns the policy-gradient term off (e.g. SDAR's OPSD-only baseline)
+
+  def __post_init__(self):
+    if self.objective not in OBJECTIVES:
+      raise ValueError(f"LossConfig.objective: unknown objective {self.objective!r}; registered: {sorted(OBJECTIVES)}")
+    for name in ("clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "kl_coef", "entropy_coef", "pg_loss_coef"):
+      value = getattr(self, name)
+      if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"LossConfig.{name} must be a finite number, got {value!r}")
+    if not 0.0 <= self.clip_ratio_low < 1.0:
+      raise ValueError(f"LossConfig.clip_ratio_low must be in [0, 1), got {self.clip_ratio_low}")
+    if self.clip_ratio_high < 0.0:
+      raise ValueError(f"LossConfig.clip_ratio_high must be >= 0, got {self.clip_ratio_high}")
+    if not self.clip_ratio_c > 1.0:
+      raise ValueError(f"LossConfig.clip_ratio_c must be > 1 (dual-clip bound), got {self.clip_ratio_c}")
+    if self.kl_coef < 0.0:
+      raise ValueError(f"LossConfig.kl_coef must be >= 0, got {self.kl_coef}")
+    if self.kl_type not in KL_KINDS:
+      raise ValueError(f"LossConfig.kl_type must be one of {KL_KINDS}, got {self.kl_type!r}")
+    if self.loss_agg_mode not in AGG_MODES:
+      raise ValueError(f"LossConfig.loss_agg_mode must be one of {AGG_MODES}, got {self.loss_agg_mode!r}")
+    if self.pg_loss_coef < 0.0:
+      raise ValueError(f"LossConfig.pg_loss_coef must be >= 0, got {self.pg_loss_coef}")
+
+
+LossFn = Callable[[Scores, TrainBatch, LossConfig, Normalizer], Tuple[jnp.ndarray, Metrics]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+  """A named loss plus the scoring branches it reads.
+
+  loss_fn(scores, batch, cfg, norm) -> (scalar loss, metrics): pure and jittable; `scores` come from
+    `scoring.fused.score` with this objective's `score_config`, `norm` from `normalizer_for(mini-batch mask)`.
+  branches(cfg) -> the ScoreConfig fields this objective sets (policy / reference / teacher / top_k / entropy);
+    every other field (vocab_chunk, temperature) is taken from the caller's base config.
+  check(cfg) -> None: raises ValueError for settings the objective cannot honour (optional).
+  """
+  name: str
+  loss_fn: LossFn
+  branches: Callable[[LossConfig], Mapping[str, Any]]
+  check: Optional[Callable[[LossConfig], None]] = None
+
+  def score_config(self, cfg: LossConfig, base: Optional[ScoreConfig] = None) -> ScoreConfig:
+    if self.check is not None:
+      self.check(cfg)
+    return dataclasses.replace(base if base is not None else ScoreConfig(), **self.branches(cfg))
+
+  def loss(self, scores: Scores, batch: TrainBatch, cfg: LossConfig, norm: Normalizer) -> Tuple[jnp.ndarray, Metrics]:
+    if self.check is not None:
+      self.check(cfg)
+    loss, metrics = self.loss_fn(scores, batch, cfg, norm)
+    metrics = dict(metrics, loss=loss)
+    return loss, jax.lax.stop_gradient(metrics)
+
+
+OBJECTIVES: Dict[str, Objective] = {}
+
+
+def register_objective(name: str, objective: Objective) -> Objective:
+  """Add `objective` under `name` (a name is registered once; re-registering raises)."""
+  if name in OBJECTIVES:
+    raise ValueError(f"objective {name!r} is already registered")
+  OBJECTIVES[name] = objective
+  return objective
+
+
+def get_objective(name: str) -> Objective:
+  if name not in OBJECTIVES:
+    raise ValueError(f"unknown objective {name!r}; choices: {sorted(OBJECTIVES)}")
+  return OBJECTIVES[name]
+
+
+def _token_mean(x: jnp.ndarray, mask: jnp.ndarray, norm: Normalizer) -> jnp.ndarray:
+  """Σ x·m / N_tokens of the mini-batch: this micro-batch's share of a token-mean statistic."""
+  return jnp.sum(x * mask) / norm.tokens
+
+
+def _need(array: Optional[jnp.ndarray], what: str, why: str) -> jnp.ndarray:
+  if array is None:
+    raise ValueError(f"{why} needs scores.{what}, which is None (check the objective's score_config)")
+  return array
+
+
+def grpo_loss(scores: Scores, batch: TrainBatch, cfg: LossConfig, norm: Normalizer) -> Tuple[jnp.ndarray, Metrics]:
+  """verl-agent actor loss over one micro-batch:
+
+    L = pg_loss_coef · agg(L_PPO-dual-clip(ρ, A)) − entropy_coef · agg(H) + kl_coef · agg(KL(π_θ ‖ π_ref))
+
+  with ρ = π_θ / π_old on the sampled tokens and A = `batch.advantages` (already broadcast over the loss mask).
+  The building block for objectives that add an auxiliary per-token term on top of GRPO.
+
+  Metrics (micro-batch contributions; see the module docstring): pg_loss, entropy, kl (agg with loss_agg_mode, as
+  verl logs them); pg_clipfrac, pg_clipfrac_lower, ppo_kl, logprob_drift (token means). logprob_drift = mean
+  |log π_θ − log π_old|: when `old_logprobs` are the sampler's, on the first mini-batch of an on-policy step (θ = old)
+  it measures sampler↔trainer numerical drift; afterwards it also includes the policy's own movement.
+  """
+  mask = batch.loss_mask.astype(jnp.float32)
+  logprobs = _need(scores.policy_logprobs, "policy_logprobs", "the policy-gradient loss")
+  terms = ppo_dual_clip_loss(logprobs, batch.old_logprobs, batch.advantages, mask, cfg.clip_ratio_low,
+                             cfg.clip_ratio_high, cfg.clip_ratio_c)
+  pg_loss = agg_loss(terms.loss, mask, cfg.loss_agg_mode, norm)
+  loss = cfg.pg_loss_coef * pg_loss
+  metrics = {
+      "pg_loss": pg_loss,
+      "pg_clipfrac": _token_mean(terms.clipped, mask, norm),
+      "pg_clipfrac_lower": _token_mean(terms.dual_clipped, mask, norm),
+      "ppo_kl": _token_mean(terms.approx_kl, mask, norm),
+      "logprob_drift": _token_mean(jnp.abs(logprobs - batch.old_logprobs), mask, norm),
+  }
+  if scores.policy_entropy is not None:
+    entropy = agg_loss(scores.policy_entropy, mask, cfg.loss_agg_mode, norm)
+    metrics["entropy"] = entropy
+    loss = loss - cfg.entropy_coef * entropy
+  elif cfg.entropy_coef != 0.0:
+    _need(None, "policy_entropy", "entropy_coef != 0")
+  if cfg.kl_coef > 0.0:
+    ref = _need(scores.reference_logprobs, "reference_logprobs", "kl_coef > 0")
+    kl = agg_loss(kl_penalty(logprobs, ref, cfg.kl_type), mask, cfg.loss_agg_mode, norm)
+    metrics["kl"] = kl
+    loss = loss + cfg.kl_coef * kl
+  return loss, metrics
+
+
+def grpo_branches(cfg: LossConfig) -> Dict[str, Any]:
+  """Policy always; entropy always (cheap, and logged even when its coefficient is 0); reference iff KL is on."""
+  return dict(policy=True, reference=cfg.kl_coef > 0.0, teacher="none", top_k=0, entropy=True)
+
+
+def sft_loss(scores: Scores, batch: TrainBatch, cfg: LossConfig, norm: Normalizer) -> Tuple[jnp.ndarray, Metrics]:
+  """Supervised warm start: L = agg(−log π_θ(y_t)) over the loss mask (demonstration tokens)."""
+  mask = batch.loss_mask.astype(jnp.float32)
+  logprobs = _need(scores.policy_logprobs, "policy_logprobs", "the SFT loss")
+  nll = agg_loss(sft_nll(logprobs, mask), mask, cfg.loss_agg_mode, norm)
+  metrics = {"nll": nll}
+  if scores.policy_entropy is not None:
+    metrics["entropy"] = agg_loss(scores.policy_entropy, mask, cfg.loss_agg_mode, norm)
+  return nll, metrics
+
+
+def _sft_check(cfg: LossConfig) -> None:
+  if cfg.kl_coef != 0.0 or cfg.entropy_coef != 0.0:
+    raise ValueError("objective 'sft' is plain NLL: LossConfig.kl_coef and LossConfig.entropy_coef must be 0")
+
+
+def sft_branches(cfg: LossConfig) -> Dict[str, Any]:
+  del cfg
+  return dict(policy=True, reference=False, teacher="none", top_k=0, entropy=True)
+
+
+register_objective("grpo", Objective(name="grpo", loss_fn=grpo_loss, branches=grpo_branches))
+register_objective("sft", Objective(name="sft", loss_fn=sft_loss, branches=sft_branches, check=_sft_check))

@@ -1,0 +1,249 @@
+"""Multi-turn rollouts: the sampler plays G copies of each task in the vector env, in one of two sample layouts.
+
+  * "step" (verl-agent; OPID, SDAR): every env step is its own sample — the templated prompt with the text history,
+    and that step's reply as the completion.
+  * "trajectory" (verl-tool; Agentic-OPD): one sample per episode — the first prompt, then each reply followed by
+    the next observation as a user turn; the observation tokens are appended to the KV cache (continuation, never a
+    re-prefill) and masked out of the loss.
+
+All envs of a batch step in lock-step: one batched generation per env step, one vector-env step. Episodes end when
+the env says done, after `max_steps` steps, or (trajectory layout) when the next turn would not fit in
+`max_total_tokens`; failed env episodes (worker crash, env exception) yield no training samples.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Callable, Dict, List, Sequence
+
+import jax
+
+from agentopd_jax.rollout.chat import ChatFormat
+from agentopd_jax.rollout.types import LAYOUTS, EpisodeResult, Sample
+from agentopd_jax.sampling.sampler import Sampler, SampleOutput, SamplingParams
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutConfig:
+  layout: str = "step"
+  max_steps: int = 50                 # env steps per episode
+  max_prompt_tokens: int = 2048       # step layout: longer prompts keep their last tokens (and are counted)
+  max_response_tokens: int = 512      # per reply
+  max_observation_tokens: int = 500   # trajectory layout: per observation turn
+  max_total_tokens: int = 4096        # trajectory layout: whole sequence
+  batch_bucket: int = 8               # the step layout pads the shrinking set of live envs to a multiple of this
+
+  def __post_init__(self):
+    if self.layout not in LAYOUTS:
+      raise ValueError(f"rollout.layout must be one of {LAYOUTS}, got {self.layout!r}")
+    for name in ("max_steps", "max_prompt_tokens", "max_response_tokens", "max_observation_tokens",
+                 "max_total_tokens", "batch_bucket"):
+      if getattr(self, name) < 1:
+        raise ValueError(f"rollout.{name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclasses.dataclass
+class Rollout:
+  samples: List[Sample]
+  episodes: List[EpisodeResult]
+  stats: Dict[str, float]
+
+
+class _Episode:
+  """Book-keeping of one env instance during a rollout."""
+
+  def __init__(self, view, problem_id: str, group_id: int, traj_id: int):
+    self.view, self.problem_id, self.group_id, self.traj_id = view, problem_id, group_id, traj_id
+    self.done = False
+    self.reward, self.won, self.length, self.valid = 0.0, False, 0, 0
+    self.truncated, self.failed, self.error = False, False, None
+    self.samples: List[Sample] = []
+
+  def fail(self, infos: Dict):
+    self.done, self.failed, self.error = True, True, infos.get("error", "env failed")
+
+  def result(self) -> EpisodeResult:
+    return EpisodeResult(problem_id=self.problem_id, group_id=self.group_id, traj_id=self.traj_id, won=self.won,
+                         reward=self.reward, length=self.length, valid_actions=self.valid,
+                         truncated=self.truncated, env_failed=self.failed, error=self.error)
+
+
+class RolloutEngine:
+  """Drives `sampler` and `vector_env` (whose `num_envs` must equal the number of tasks per call).
+
+  text_env_factory: zero-arg callable making one `TextEnv` (see `rollout.text_envs`) per env instance.
+  """
+
+  def __init__(self, sampler: Sampler, tokenizer, vector_env, text_env_factory: Callable[[], object],
+               config: RolloutConfig):
+    self.sampler, self.tokenizer, self.env = sampler, tokenizer, vector_env
+    self.text_env_factory, self.config = text_env_factory, config
+    self.chat = ChatFormat(tokenizer)
+
+  def run(self, params, tasks: Sequence, problem_ids: Sequence[str], group_ids: Sequence[int], key: jax.Array,
+          sampling: SamplingParams) -> Rollout:
+    """Plays one episode per task (tasks already repeated G times for GRPO; see `envs.vector.group_tasks`)."""
+    if not len(tasks) == len(problem_ids) == len(group_ids):
+      raise ValueError(f"rollout: {len(tasks)} tasks, {len(problem_ids)} problem ids, {len(group_ids)} group ids")
+    sampling = dataclasses.replace(
+        sampling, max_new_tokens=self.config.max_response_tokens,
+        stop_token_ids=tuple(sorted(set(sampling.stop_token_ids) | {self.chat.eos_id})))
+    timer = {"env_s": 0.0, "generate_s": 0.0, "prompt_truncations": 0.0}
+    t0 = time.perf_counter()
+    obs, infos = self.env.reset(list(tasks))
+    timer["env_s"] += time.perf_counter() - t0
+    episodes = [_Episode(self.text_env_factory(), str(p), int(g), i)
+                for i, (p, g) in enumerate(zip(problem_ids, group_ids))]
+    for ep, o, info in zip(episodes, obs, infos):
+      if info.get("env_failed"):
+        ep.fail(info)
+      else:
+        ep.view.begin(o, info)
+    run = self._run_steps if self.config.layout == "step" else self._run_trajectories
+    run(params, episodes, key, sampling, timer)
+    for ep in episodes:
+      if not ep.done:
+        ep.truncated = True
+      for s in ep.samples:
+        s.episode_reward, s.won = ep.reward, ep.won
+    samples = [s for ep in episodes if not ep.failed for s in ep.samples]
+    timer["samples"] = float(len(samples))
+    return Rollout(samples=samples, episodes=[ep.result() for ep in episodes], stats=timer)
+
+  # ------------------------------------------------------------------------------------------ env stepping
+  def _step_envs(self, episodes: List[_Episode], actions: Dict[int, str], timer):
+    t0 = time.perf_counter()
+    obs, scores, dones, infos = self.env.step([actions.get(i) for i in range(len(episodes))])
+    timer["env_s"] += time.perf_counter() - t0
+    for i, action in actions.items():
+      ep = episodes[i]
+      if infos[i].get("env_failed"):
+        ep.fail(infos[i])
+        continue
+      reward, won = ep.view.reward(scores[i], dones[i], infos[i])
+      ep.reward += reward
+      ep.won = ep.won or won
+      ep.view.observe(action, obs[i], infos[i])
+      ep.done = bool(dones[i])
+
+  def _decode(self, ids: List[int]) -> str:
+    return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+  def _generate(self, fn, timer, *args, **kwargs) -> SampleOutput:
+    t0 = time.perf_counter()
+    out = fn(*args, **kwargs)
+    timer["generate_s"] += time.perf_counter() - t0
+    return out
+
+  # ------------------------------------------------------------------------------------------ step layout
+  def _run_steps(self, params, episodes: List[_Episode], key, sampling, timer):
+    cfg = self.config
+    for t in range(cfg.max_steps):
+      live = [i for i, ep in enumerate(episodes) if not ep.done]
+      if not live:
+        return
+      texts = [episodes[i].view.step_prompt() for i in live]
+      prompts = []
+      for text in texts:
+        ids = self.chat.prompt_ids(text)
+        if len(ids) > cfg.max_prompt_tokens:
+          ids = ids[-cfg.max_prompt_tokens:]
+          timer["prompt_truncations"] += 1
+        prompts.append(ids)
+      # Pad the batch to a bucket so a shrinking set of live envs reuses a few compiled shapes.
+      width = -(-len(live) // cfg.batch_bucket) * cfg.batch_bucket
+      dummies = width - len(live)
+      out = self._generate(self.sampler.generate, timer, params, prompts + [[self.sampler.pad_id]] * dummies,
+                           jax.random.fold_in(key, t), sampling,
+                           row_max_new_tokens=[cfg.max_response_tokens] * len(live) + [1] * dummies)
+      actions = {}
+      for j, i in enumerate(live):
+        ep = episodes[i]
+        ids = out.row(j)
+        response = self._decode(ids)
+        action, valid = ep.view.project(response)
+        actions[i] = action
+        ep.length += 1
+        ep.valid += valid
+        ep.samples.append(Sample(
+            prompt_ids=prompts[j], completion_ids=ids, completion_mask=[1] * len(ids),
+            behaviour_logprobs=out.model_logprobs[j, :len(ids)].tolist(), group_id=ep.group_id,
+            problem_id=ep.problem_id, traj_id=ep.traj_id, step_index=t, action_valid=float(valid),
+            invalid_actions=1 - valid, prompt_text=texts[j], response_text=response))
+      self._step_envs(episodes, actions, timer)
+
+  # ------------------------------------------------------------------------------------ trajectory layout
+  def _run_trajectories(self, params, episodes: List[_Episode], key, sampling, timer):
+    cfg = self.config
+    n = len(episodes)
+    prompts = [self.chat.prompt_ids(ep.view.turn_prompt()) if not ep.done else [self.sampler.pad_id]
+               for ep in episodes]
+    for ep, p in zip(episodes, prompts):
+      if not ep.done and len(p) + cfg.max_response_tokens > cfg.max_total_tokens:
+        raise ValueError(f"rollout: the first prompt of {ep.problem_id} has {len(p)} tokens, which with "
+                         f"max_response_tokens={cfg.max_response_tokens} exceeds max_total_tokens="
+                         f"{cfg.max_total_tokens}")
+    seqs = [dict(completion=[], mask=[], logprobs=[], turns=0, invalid=0) for _ in range(n)]
+    active = [not ep.done for ep in episodes]
+    max_new = [cfg.max_response_tokens if a else 1 for a in active]
+    out = self._generate(self.sampler.generate, timer, params, prompts, jax.random.fold_in(key, 0), sampling,
+                         cache_size=cfg.max_total_tokens, row_max_new_tokens=max_new)
+    for t in range(cfg.max_steps):
+      actions = {}
+      for i, ep in enumerate(episodes):
+        if not active[i]:
+          continue
+        ids = out.row(i)
+        action, valid = ep.view.project(self._decode(ids))
+        actions[i] = action
+        seq = seqs[i]
+        seq["completion"] += ids
+        seq["mask"] += [1] * len(ids)
+        seq["logprobs"] += out.model_logprobs[i, :len(ids)].tolist()
+        seq["turns"] += 1
+        seq["invalid"] += 1 - valid
+        ep.length += 1
+        ep.valid += valid
+      self._step_envs(episodes, actions, timer)
+      chunks = [[] for _ in range(n)]
+      for i in actions:
+        ep = episodes[i]
+        active[i] = not ep.done and t + 1 < cfg.max_steps
+        if not active[i]:
+          continue
+        ended_eos = out.lengths[i] > 0 and out.row(i)[-1] == self.chat.eos_id
+        chunk = self._observation_chunk(ep.view.turn_prompt(), ended_eos)
+        used = len(prompts[i]) + len(seqs[i]["completion"])
+        if used + len(chunk) + cfg.max_response_tokens > cfg.max_total_tokens:
+          active[i] = False  # the next turn would not fit: the episode ends here, truncated
+          continue
+        chunks[i] = chunk
+        seqs[i]["completion"] += chunk
+        seqs[i]["mask"] += [0] * len(chunk)
+        seqs[i]["logprobs"] += [0.0] * len(chunk)
+      if not any(active):
+        break
+      out = self._generate(self.sampler.continue_generation, timer, params, out.state, chunks,
+                           jax.random.fold_in(key, t + 1), sampling, active=active,
+                           row_max_new_tokens=[cfg.max_response_tokens if a else 1 for a in active])
+    for i, ep in enumerate(episodes):
+      seq = seqs[i]
+      if ep.failed or not seq["turns"]:
+        continue
+      # Observation tokens appended after the final reply are never followed by a reply: drop them.
+      last_gen = max(j for j, m in enumerate(seq["mask"]) if m) + 1
+      ep.samples.append(Sample(
+          prompt_ids=prompts[i], completion_ids=seq["completion"][:last_gen], completion_mask=seq["mask"][:last_gen],
+          behaviour_logprobs=seq["logprobs"][:last_gen], group_id=ep.group_id, problem_id=ep.problem_id,
+          traj_id=ep.traj_id, step_index=-1, action_valid=1.0 - seq["invalid"] / seq["turns"],
+          invalid_actions=seq["invalid"], prompt_text=episodes[i].view.task))
+
+  def _observation_chunk(self, text: str, ended_with_eos: bool) -> List[int]:
+    """The next user turn's tokens, cut in the middle when over `max_observation_tokens` so that both the turn
+    opening and the assistant header at its end survive."""
+    chunk = self.chat.turn_ids(text, ended_with_eos)
+    cap = self.config.max_observation_tokens
+    if len(chunk) <= cap:
+      return chunk
+    tail = min(self.chat.tail_len, cap // 2)
+    return chunk[:cap - tail] + chunk[len(chunk) - tail:]

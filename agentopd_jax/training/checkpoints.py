@@ -1,0 +1,302 @@
+"""The checkpoint pool of one training run: what resume reads, and what Agentic-OPD reads as its teacher pool.
+
+Agentic-OPD takes the best-validation checkpoint of a run as its student and the run's other checkpoints as
+teachers, and schedules teachers by which validation problems each one solved (research/methods.md §2.1-2.2).
+So next to the train state every checkpoint carries a small JSON record: validation metrics, per-problem
+(successes, attempts) on the fixed validation panel, the run config and resume info. The best step is
+recomputed from those records whenever it is asked for, never stored in a separate file that could go stale.
+
+On disk this is an `orbax.checkpoint.CheckpointManager` directory, one sub-directory per step with two items:
+`state` (the pytree, PyTreeSave/PyTreeRestore) and `meta` (JSON). Orbax writes a step under
+`<step>.orbax-checkpoint-tmp-<time>` and renames it to `<step>` only once every item is written, and lists only
+renamed steps, so a crash mid-save never leaves a step that lists as valid; a writable pool deletes such leftovers
+when it is reopened. Saves are synchronous: once `save` returns the step is on disk.
+
+PRNG keys: typed keys (`jax.random.key`) are stored as their raw uint32 `key_data`, their impl name is recorded in
+the step's metadata (`prng_keys`), and `restore` rewraps them wherever the target holds a typed key.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+from collections.abc import Iterable
+from typing import Any, Self
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+from orbax.checkpoint import checkpoint_managers as cm
+
+_STATE, _META = "state", "meta"
+
+
+def _is_key(x) -> bool:
+  return jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key)
+
+
+def _path_str(path) -> str:
+  """'opt_state/0/mu/w': the same string whether a node is a namedtuple, a dict or orbax's metadata tree."""
+  parts = []
+  for k in path:
+    for attr in ("key", "name", "idx"):
+      if hasattr(k, attr):
+        parts.append(str(getattr(k, attr)))
+        break
+    else:
+      parts.append(str(k))
+  return "/".join(parts)
+
+
+def _strip_keys(state) -> tuple[Any, dict[str, str]]:
+  """state with typed PRNG keys replaced by their key_data, and {path: impl name} of those keys."""
+  impls = {}
+
+  def raw(path, x):
+    if not _is_key(x):
+      return x
+    impls[_path_str(path)] = str(jax.random.key_impl(x))
+    return jax.random.key_data(x)
+
+  return jax.tree_util.tree_map_with_path(raw, state), impls
+
+
+def _restore_leaf(x):
+  """Orbax template for one target leaf: a typed key becomes its key_data; a struct without sharding goes to device 0
+  (orbax would otherwise hand back a numpy array)."""
+  sharding = getattr(x, "sharding", None)
+  if _is_key(x):
+    data = jax.eval_shape(jax.random.key_data, x)
+    return jax.ShapeDtypeStruct(data.shape, data.dtype, sharding=sharding or _default_sharding())
+  if isinstance(x, jax.ShapeDtypeStruct) and sharding is None:
+    return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=_default_sharding())
+  return x
+
+
+def _default_sharding():
+  return jax.sharding.SingleDeviceSharding(jax.devices()[0])
+
+
+def _json_ready(value, what: str):
+  try:
+    json.dumps(value)
+  except (TypeError, ValueError) as e:
+    raise TypeError(f"CheckpointPool.save: {what} must be JSON-serialisable: {e}") from e
+  return value
+
+
+class _NewestAndBest:
+  """Orbax preservation policy: keep the newest `keep` steps plus the pool's best step."""
+
+  def __init__(self, keep: int, best_of):
+    self._keep, self._best_of = keep, best_of
+
+  def should_preserve(self, checkpoints, *, context=None) -> list[bool]:
+    steps = [c.step for c in checkpoints]
+    newest = set(sorted(steps)[-self._keep:])
+    best = self._best_of(steps)
+    return [s in newest or s == best for s in steps]
+
+
+class CheckpointPool:
+  """All checkpoints of one run in `directory`; opening an existing directory re-opens its pool (resume).
+
+  keep: None keeps every checkpoint (the pool is the teacher pool); k keeps the newest k plus the best one.
+  best_metric / best_mode: the validation metric (and "max" or "min") that picks the best step; ties go to the newer
+  step, and steps whose metrics lack it (or hold NaN) are never best.
+  read_only: open a pool for reading only (e.g. another run's teachers): no saves, and no clean-up of unfinished
+  saves, which could belong to a run still writing.
+  """
+
+  def __init__(self, directory, keep: int | None = None, best_metric: str = "val/success_rate",
+               best_mode: str = "max", *, read_only: bool = False):
+    if keep is not None and keep < 1:
+      raise ValueError(f"CheckpointPool keep must be None (keep all) or >= 1, got {keep}")
+    if best_mode not in ("max", "min"):
+      raise ValueError(f"CheckpointPool best_mode must be 'max' or 'min', got {best_mode!r}")
+    self.directory = os.path.abspath(os.fspath(directory))
+    if read_only and not os.path.isdir(self.directory):
+      raise FileNotFoundError(f"no checkpoint pool at {self.directory}")
+    self.keep, self.best_metric, self.best_mode, self.read_only = keep, best_metric, best_mode, read_only
+    self._metas: dict[int, dict] = {}
+    policy = cm.LatestN(n=None) if keep is None else _NewestAndBest(keep, self._best_of)  # n=None: keep all
+    options = ocp.CheckpointManagerOptions(
+        create=not read_only, read_only=read_only, enable_async_checkpointing=False,
+        cleanup_tmp_directories=not read_only, preservation_policy=policy)
+    # Handlers bound up front: a fresh manager cannot read an item's metadata before it has seen its args type.
+    handlers = {_STATE: ocp.PyTreeCheckpointHandler(), _META: ocp.JsonCheckpointHandler()}
+    self._mgr = ocp.CheckpointManager(self.directory, options=options, item_handlers=handlers)
+
+  # --- writing ------------------------------------------------------------------------------------------------
+
+  def save(self, step: int, state, *, metrics: dict[str, float], outcomes: dict[str, tuple[int, int]] | None,
+           config: dict, extra: dict | None = None) -> None:
+    """Writes `state` (any pytree of jax/numpy arrays and scalars; typed PRNG keys allowed) and its record.
+
+    metrics: validation metrics; outcomes: {problem_id (str): (successes, attempts)} on the fixed validation panel,
+    or None when this step was not validated; config: the JSON-able run config; extra: JSON-able resume info.
+    Returns once the step is on disk (and, with `keep`, once older steps outside the policy are deleted).
+    """
+    if self.read_only:
+      raise PermissionError(f"CheckpointPool at {self.directory} was opened read_only")
+    step = int(step)
+    if step < 0:
+      raise ValueError(f"checkpoint step must be >= 0, got {step}")
+    if step in self.steps():
+      raise ValueError(f"checkpoint pool {self.directory} already holds step {step}")
+    raw_state, prng_keys = _strip_keys(state)
+    meta = {"step": step, "metrics": {str(k): float(v) for k, v in metrics.items()},
+            "outcomes": None if outcomes is None else _check_outcomes(outcomes),
+            "config": _json_ready(config, "config"), "extra": _json_ready(extra, "extra"), "prng_keys": prng_keys}
+    # The retention policy runs inside orbax's `save` and ranks steps by their records: load the existing ones now
+    # (so it never re-enters orbax mid-save) and put this step's in first.
+    if self.keep is not None:
+      self._best_of(self.steps())
+    self._metas[step] = meta
+    try:
+      # force: orbax otherwise silently skips a step lower than its latest one.
+      saved = self._mgr.save(step, args=ocp.args.Composite(
+          **{_STATE: ocp.args.PyTreeSave(raw_state), _META: ocp.args.JsonSave(meta)}), force=True)
+      self._mgr.wait_until_finished()
+    except BaseException:
+      self._metas.pop(step, None)
+      raise
+    if not saved:
+      raise RuntimeError(f"orbax declined to save step {step} in {self.directory}")
+
+  # --- reading ------------------------------------------------------------------------------------------------
+
+  def steps(self) -> list[int]:
+    return sorted(self._mgr.all_steps())
+
+  def latest_step(self) -> int | None:
+    steps = self.steps()
+    return steps[-1] if steps else None
+
+  def best_step(self) -> int | None:
+    """The step with the best `best_metric` (ties: the newer one); None if no step has that metric."""
+    return self._best_of(self.steps())
+
+  def metadata(self, step: int) -> dict:
+    """{step, metrics, outcomes ({id: (successes, attempts)} or None), config, extra, prng_keys} of `step`."""
+    meta = copy.deepcopy(self._meta(step))
+    if meta["outcomes"] is not None:
+      meta["outcomes"] = {p: (int(s), int(a)) for p, (s, a) in meta["outcomes"].items()}
+    return meta
+
+  def outcomes_matrix(self, steps: Iterable[int] | None = None
+                      ) -> tuple[list[int], list[str], np.ndarray, np.ndarray]:
+    """(steps, problems sorted, successes [C, P], attempts [C, P]) over `steps` (default: all, ascending).
+
+    A problem a checkpoint was not evaluated on counts 0/0 there, so attempts > 0 tells evaluated from unsolved.
+    """
+    steps = self.steps() if steps is None else [int(s) for s in steps]
+    outcomes = [self._meta(s)["outcomes"] or {} for s in steps]
+    problems = sorted(set().union(*outcomes)) if outcomes else []
+    col = {p: j for j, p in enumerate(problems)}
+    succ = np.zeros((len(steps), len(problems)), np.int64)
+    att = np.zeros_like(succ)
+    for i, out in enumerate(outcomes):
+      for p, (s, a) in out.items():
+        succ[i, col[p]], att[i, col[p]] = s, a
+    return steps, problems, succ, att
+
+  def restore(self, step: int, target):
+    """The saved state of `step`, laid out like `target`.
+
+    target: the state's pytree with `jax.ShapeDtypeStruct` leaves (their `.sharding` is where each array lands;
+    no sharding means device 0) or concrete arrays as a template (restored onto their sharding). A typed PRNG key
+    in the target gets the saved key back as a typed key. The structure must equal the saved one.
+    """
+    self._meta(step)
+    item = jax.tree.map(_restore_leaf, target)
+    out = self._mgr.restore(step, args=ocp.args.Composite(**{_STATE: ocp.args.PyTreeRestore(
+        item, restore_args=ocp.checkpoint_utils.construct_restore_args(item))}))[_STATE]
+    return self._rewrap(step, target, out)
+
+  def restore_params(self, step: int, abstract_params, key: str = "params"):
+    """Only `state[key]` of `step` (e.g. a teacher's weights, without the optimizer state), laid out like
+    `abstract_params` (`transformer.abstract_params` with shardings, or concrete arrays). Reads just that subtree."""
+    self._meta(step)
+    target = {key: abstract_params}
+    saved = self._mgr.item_metadata(step)[_STATE].tree
+    if not isinstance(saved, dict) or key not in saved:
+      top = sorted(saved) if isinstance(saved, dict) else type(saved).__name__
+      raise KeyError(f"step {step} in {self.directory} has no state entry {key!r}; it has {top}")
+    have = {_path_str(p) for p, _ in jax.tree_util.tree_flatten_with_path(saved)[0]}
+    missing = sorted({_path_str(p) for p, _ in jax.tree_util.tree_flatten_with_path(target)[0]} - have)
+    if missing:
+      # Orbax's partial restore would silently hand these back unrestored.
+      raise KeyError(f"step {step} in {self.directory} lacks {missing[:5]}{' ...' if len(missing) > 5 else ''}")
+    item = jax.tree.map(_restore_leaf, target)
+    out = self._mgr.restore(step, args=ocp.args.Composite(**{_STATE: ocp.args.PyTreeRestore(
+        item, restore_args=ocp.checkpoint_utils.construct_restore_args(item), partial_restore=True)}))[_STATE]
+    return self._rewrap(step, target, out)[key]
+
+  # --- housekeeping -------------------------------------------------------------------------------------------
+
+  def reload(self) -> None:
+    """Re-reads the step list from disk (another process may have saved or deleted steps)."""
+    self._mgr.reload()
+    self._metas.clear()
+
+  def close(self) -> None:
+    self._mgr.close()
+
+  def __enter__(self) -> Self:
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()
+
+  # --- internals ----------------------------------------------------------------------------------------------
+
+  def _meta(self, step: int) -> dict:
+    step = int(step)
+    # Checked even when cached: retention may have deleted the step since.
+    if step not in self._mgr.all_steps():
+      raise FileNotFoundError(f"no checkpoint for step {step} in {self.directory}; it holds steps {self.steps()}")
+    if step not in self._metas:
+      self._metas[step] = self._mgr.restore(step, args=ocp.args.Composite(**{_META: ocp.args.JsonRestore()}))[_META]
+    return self._metas[step]
+
+  def _best_of(self, steps: Iterable[int]) -> int | None:
+    best, best_value = None, None
+    for step in sorted(steps):
+      value = self._meta(step)["metrics"].get(self.best_metric)
+      if value is None or math.isnan(value):
+        continue
+      better = best is None or (value >= best_value if self.best_mode == "max" else value <= best_value)
+      if better:  # >= / <=: a tie goes to the newer step
+        best, best_value = step, value
+    return best
+
+  def _rewrap(self, step: int, target, restored):
+    impls = self._meta(step).get("prng_keys", {})
+
+    def fix(path, t, r):
+      if not _is_key(t):
+        return r
+      name = _path_str(path)
+      if name not in impls:
+        raise ValueError(f"step {step} in {self.directory}: target leaf {name!r} is a typed PRNG key but a plain "
+                         "array was saved there; restore it with a uint32 target")
+      k = jax.random.wrap_key_data(r, impl=impls[name])
+      if k.dtype != t.dtype:
+        raise ValueError(f"step {step}: key {name!r} was saved as {k.dtype}, the target asks for {t.dtype}")
+      return k
+
+    return jax.tree_util.tree_map_with_path(fix, target, restored)
+
+
+def _check_outcomes(outcomes: dict[str, tuple[int, int]]) -> dict[str, list[int]]:
+  out = {}
+  for problem, (succ, att) in outcomes.items():
+    if not isinstance(problem, str):
+      raise TypeError(f"outcomes keys must be str problem ids (JSON object keys), got {problem!r}")
+    succ, att = int(succ), int(att)
+    if not 0 <= succ <= att:
+      raise ValueError(f"outcomes[{problem!r}] = ({succ}, {att}): need 0 <= successes <= attempts")
+    out[problem] = [succ, att]
+  return out

@@ -1,0 +1,63 @@
+"""Which games a run plays: the training pool, the fixed validation panel, and each iteration's task draw.
+
+With no `env.data_root` the games are generated (deterministically from the seed) into the cache, so the default
+run needs no download. The draw for iteration i is a pure function of (seed, i): a resumed run replays the same
+tasks as an uninterrupted one without storing any data-loader state.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import List, Sequence, Tuple
+
+import numpy as np
+
+from agentopd_jax.envs.alfworld import data as alfworld_data
+from agentopd_jax.envs.alfworld import generator
+from agentopd_jax.envs.alfworld.engine_fast import FastEngine
+from agentopd_jax.envs.alfworld.expert import solve
+
+
+def cache_dir() -> Path:
+  return Path(os.environ.get("AGENTOPD_CACHE", "~/.cache/agentopd_jax")).expanduser()
+
+
+def alfworld_games(env_cfg, seed: int) -> Tuple[List[str], List[str]]:
+  """(training games, validation games) of the configured splits and task types."""
+  root = env_cfg.data_root
+  if not root:
+    root = str(cache_dir() / f"alfworld_generated/seed{seed}_train{env_cfg.generate_train}_valid"
+                             f"{env_cfg.generate_valid}")
+    done = Path(root) / "COMPLETE"
+    if not done.exists():  # the marker is written last, so an interrupted generation is redone, not half-used
+      generator.generate(root, {env_cfg.train_split: env_cfg.generate_train,
+                                env_cfg.valid_split: env_cfg.generate_valid}, seed=seed)
+      done.write_text("ok\n")
+  elif not os.path.isdir(root):
+    raise FileNotFoundError(f"env.data_root: no such folder {root}")
+  train = alfworld_data.game_files(env_cfg.train_split, root, env_cfg.task_types)
+  valid = alfworld_data.game_files(env_cfg.valid_split, root, env_cfg.task_types)
+  for split, games in ((env_cfg.train_split, train), (env_cfg.valid_split, valid)):
+    if not games:
+      raise ValueError(f"env: no {split} games of task types {tuple(env_cfg.task_types)} under {root}")
+  return train, valid
+
+
+def expert_actions(gamefile: str) -> List[str]:
+  """The game's stored walkthrough, or the expert planner's plan when the file has none."""
+  with open(gamefile) as f:
+    walkthrough = json.load(f).get("walkthrough")
+  if walkthrough:
+    return list(walkthrough)
+  engine = FastEngine(gamefile)
+  engine.reset()
+  return solve(engine)
+
+
+def iteration_tasks(pool: Sequence[str], n: int, seed: int, iteration: int) -> List[str]:
+  """n distinct tasks for one iteration (with replacement across iterations), a pure function of (seed, i)."""
+  if n > len(pool):
+    raise ValueError(f"grpo.tasks_per_iteration={n} exceeds the {len(pool)} training games")
+  rng = np.random.default_rng([seed, iteration])
+  return [pool[i] for i in rng.choice(len(pool), n, replace=False)]

@@ -1,0 +1,205 @@
+"""Training metrics to a JSONL file and to TensorBoard, plus curve plots and a progress bar.
+
+`metrics.jsonl` is the record of truth: plain text that survives any tool change, is easy to diff between runs and
+is what `plot_curves` reads. The TensorBoard event files (written by tensorboardX, so no TensorFlow) are for
+watching a run live. Only the main process should own a `MetricsLogger`.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Self
+
+import numpy as np
+
+METRICS_FILE = "metrics.jsonl"
+_RESERVED = ("step", "phase", "time")
+# Substrings of the keys that `plot_curves` draws by default; spread keys (`reward/max`, `.../min`) are left out.
+_PLOT_PATTERNS = ("success", "reward", "loss", "kl", "entropy", "clipfrac", "drift")
+
+
+def _scalar(key: str, value: Any) -> float | str | None:
+  """A JSON-ready value: numbers (python, numpy or jax, incl. bools) become float, non-finite ones None (JSON has
+  no NaN/Infinity, and a strict reader would reject the whole line). Strings pass through (JSONL only)."""
+  if value is None or isinstance(value, str):
+    return value
+  arr = np.asarray(value)  # a jax array converts without importing jax here
+  if arr.size != 1 or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
+    raise TypeError(f"metric {key!r} must be a scalar number or a string, got {type(value).__name__} {arr.shape}")
+  x = float(arr.reshape(()))
+  return x if math.isfinite(x) else None
+
+
+def _drop_torn_tail(path: Path) -> None:
+  """Cut a last line left half-written by a crash; appending after it would glue two records into bad JSON."""
+  if not path.exists() or path.stat().st_size == 0:
+    return
+  data = path.read_bytes()
+  if not data.endswith(b"\n"):
+    with open(path, "r+b") as f:
+      f.truncate(data.rfind(b"\n") + 1)
+
+
+class MetricsLogger:
+  """Appends one JSON line per `log` call to `log_dir/metrics.jsonl` and mirrors numbers to TensorBoard.
+
+  Append mode lets a resumed run continue the same file; call `truncate_after(checkpoint_step)` first so steps
+  logged after that checkpoint by the crashed run are not plotted twice. TensorBoard tags are `phase/key`, except
+  keys already namespaced with "/" (verl-agent's `episode/...`, `val/...`), which are used as they are.
+  """
+
+  def __init__(self, log_dir: str | os.PathLike, use_tensorboard: bool = True, flush_every: int = 1):
+    if flush_every < 1:
+      raise ValueError(f"flush_every must be >= 1, got {flush_every}")
+    self.log_dir = Path(log_dir)
+    self.log_dir.mkdir(parents=True, exist_ok=True)
+    self.path = self.log_dir / METRICS_FILE
+    self.use_tensorboard = use_tensorboard
+    self.flush_every = flush_every
+    _drop_torn_tail(self.path)
+    self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115  (held open across log calls)
+    self._writer = None  # opened on first use, so a resume's purge step can still be set before it
+    self._purge_step: int | None = None
+    self._pending = 0
+
+  def _tensorboard(self):
+    if self._writer is None:
+      from tensorboardX import SummaryWriter
+
+      # Event file names carry only the second and the host, and tensorboardX opens them with "wb": without a
+      # unique suffix a writer reopened within the same second (a quick resume) would erase the earlier file.
+      suffix = f".{uuid.uuid4().hex[:8]}"
+      self._writer = SummaryWriter(str(self.log_dir), purge_step=self._purge_step, filename_suffix=suffix)
+      self._purge_step = None
+    return self._writer
+
+  def log(self, step: int, metrics: Mapping[str, Any], phase: str = "train") -> None:
+    clash = [k for k in metrics if k in _RESERVED]
+    if clash:
+      raise ValueError(f"metric keys {clash} clash with the record's own fields {_RESERVED}")
+    values = {k: _scalar(k, v) for k, v in metrics.items()}
+    record = {"step": int(step), "phase": phase, "time": time.time(), **values}
+    self._file.write(json.dumps(record, allow_nan=False) + "\n")
+    if self.use_tensorboard:
+      writer = self._tensorboard()
+      for key, value in metrics.items():
+        if not isinstance(value, str) and value is not None:
+          tag = key if "/" in key else f"{phase}/{key}"
+          writer.add_scalar(tag, float(np.asarray(value).reshape(())), int(step))  # NaN kept: TB shows it
+    self._pending += 1
+    if self._pending >= self.flush_every:
+      self.flush()
+
+  def flush(self) -> None:
+    self._file.flush()
+    if self._writer is not None:
+      self._writer.flush()
+    self._pending = 0
+
+  def truncate_after(self, step: int) -> int:
+    """Drop JSONL lines with step > `step` (a resume from that checkpoint) and have TensorBoard hide the same
+    events (tensorboardX `purge_step`). Returns the number of lines dropped."""
+    self._file.close()
+    lines = self.path.read_text(encoding="utf-8").splitlines(keepends=True)
+    kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= step]
+    tmp = self.path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(kept), encoding="utf-8")
+    os.replace(tmp, self.path)  # atomic: a crash here leaves the old or the new file, never half of one
+    self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+    if self._writer is not None:
+      self._writer.close()
+      self._writer = None
+    self._purge_step = int(step) + 1
+    return len([line for line in lines if line.strip()]) - len(kept)
+
+  def close(self) -> None:
+    if not self._file.closed:
+      self.flush()
+      self._file.close()
+    if self._writer is not None:
+      self._writer.close()
+      self._writer = None
+
+  def __enter__(self) -> Self:
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()
+
+
+def read_metrics(log_dir: str | os.PathLike) -> list[dict]:
+  """The records of `log_dir/metrics.jsonl` in file order (null for non-finite values). A half-written last line
+  (crash while writing) is skipped; a bad line elsewhere is an error."""
+  lines = [line for line in (Path(log_dir) / METRICS_FILE).read_text(encoding="utf-8").splitlines() if line.strip()]
+  records = []
+  for i, line in enumerate(lines):
+    try:
+      records.append(json.loads(line))
+    except json.JSONDecodeError:
+      if i != len(lines) - 1:
+        raise
+  return records
+
+
+def _default_plot_keys(records: list[dict]) -> list[str]:
+  keys = dict.fromkeys(k for r in records for k in r if k not in _RESERVED)
+  return [k for k in keys if any(p in k.lower() for p in _PLOT_PATTERNS) and not k.endswith(("/max", "/min"))]
+
+
+def plot_curves(log_dir: str | os.PathLike, out_path: str | os.PathLike, keys: list[str] | None = None) -> str:
+  """One subplot per key (x = step, one line per phase) from `log_dir/metrics.jsonl`, saved as PNG.
+
+  Draws through the Agg canvas directly instead of pyplot, so no global backend is switched and no figure is
+  left registered. Default keys: those naming success rate, reward, loss, KL, entropy, clip fraction or drift.
+  """
+  from matplotlib.backends.backend_agg import FigureCanvasAgg
+  from matplotlib.figure import Figure
+
+  records = read_metrics(log_dir)
+  keys = _default_plot_keys(records) if keys is None else list(keys)
+  if not keys:
+    raise ValueError(f"no keys to plot in {Path(log_dir) / METRICS_FILE}")
+  ncols = min(3, len(keys))
+  nrows = math.ceil(len(keys) / ncols)
+  fig = Figure(figsize=(4.5 * ncols, 3.2 * nrows), layout="constrained")
+  FigureCanvasAgg(fig)
+  axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+  phases = list(dict.fromkeys(r["phase"] for r in records))
+  for ax, key in zip(axes, keys):
+    for phase in phases:
+      points = sorted((r["step"], r[key]) for r in records if r["phase"] == phase and key in r
+                      and not isinstance(r[key], str))
+      if points:
+        steps, ys = zip(*points)
+        ys = [math.nan if y is None else y for y in ys]  # gaps where the value was non-finite
+        ax.plot(steps, ys, label=phase, marker="o" if len(steps) < 30 else None, markersize=3)
+    ax.set_title(key, fontsize=9)
+    ax.set_xlabel("step")
+    ax.grid(alpha=0.3)
+    if len(phases) > 1:
+      ax.legend(fontsize=7)
+  for ax in axes[len(keys):]:
+    ax.set_visible(False)
+  out_path = Path(out_path)
+  out_path.parent.mkdir(parents=True, exist_ok=True)
+  fig.savefig(out_path, format="png", dpi=100)
+  return str(out_path)
+
+
+def progress(iterable_or_total: Iterable | int, desc: str | None = None, **kwargs):
+  """tqdm over an iterable, or a manual bar (`.update(n)`) for an int total. Off when stderr is not a terminal
+  (log files fill with carriage returns otherwise); AGENTOPD_PROGRESS=1 forces it on, =0 off."""
+  from tqdm import tqdm
+
+  forced = os.environ.get("AGENTOPD_PROGRESS")
+  disable = forced != "1" if forced in ("0", "1") else not sys.stderr.isatty()
+  kwargs.setdefault("disable", disable)
+  if isinstance(iterable_or_total, int):
+    return tqdm(total=iterable_or_total, desc=desc, **kwargs)
+  return tqdm(iterable_or_total, desc=desc, **kwargs)

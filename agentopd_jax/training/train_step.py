@@ -1,0 +1,156 @@
+"""The update: one pure jitted `(state, minibatch) -> (state, metrics)` per optimizer step (purejaxrl style).
+
+A mini-batch arrives as `[A, m, T]` arrays: A micro-batches of m sequences. The step computes the loss
+normaliser over the whole mini-batch first, then scans the micro-batches accumulating gradients, so token-mean and
+seq-mean losses are exact whatever A is; then clips, applies AdamW, and advances `state.step`. Scoring (policy,
+reference and, for distillation objectives, teacher log-probs) is the one fused scoring call inside the loss.
+
+A non-finite loss or gradient leaves params and optimizer state untouched (`metrics["skipped"] == 1`), so a bad
+batch is logged and never reaches a checkpoint.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Optional
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from agentopd_jax.models import transformer
+from agentopd_jax.models.config import ModelConfig
+from agentopd_jax.objectives.losses import normalizer_for
+from agentopd_jax.objectives.registry import LossConfig, get_objective
+from agentopd_jax.rollout.batch import TrainBatch
+from agentopd_jax.scoring.fused import score
+
+
+@flax.struct.dataclass
+class TrainState:
+  step: jnp.ndarray             # applied optimizer updates
+  params: Any
+  opt_state: Any
+  reference_params: Any = None  # frozen π_ref (KL); not checkpointed: it is rebuilt from its source on resume
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+  learning_rate: float = 1e-6
+  warmup_steps: int = 0
+  weight_decay: float = 0.01
+  grad_clip: float = 1.0
+  b1: float = 0.9
+  b2: float = 0.999
+  eps: float = 1e-8
+
+  def __post_init__(self):
+    if self.learning_rate <= 0:
+      raise ValueError(f"optim.learning_rate must be > 0, got {self.learning_rate}")
+    if self.warmup_steps < 0 or self.grad_clip <= 0:
+      raise ValueError(f"optim.warmup_steps must be >= 0 and optim.grad_clip > 0, got "
+                       f"{self.warmup_steps} and {self.grad_clip}")
+
+
+def make_optimizer(cfg: OptimConfig) -> optax.GradientTransformation:
+  """Global-norm clipping then AdamW; linear warmup from 0 over `warmup_steps`, then constant (verl's default)."""
+  lr = cfg.learning_rate
+  if cfg.warmup_steps:
+    lr = optax.join_schedules([optax.linear_schedule(0.0, cfg.learning_rate, cfg.warmup_steps),
+                               optax.constant_schedule(cfg.learning_rate)], [cfg.warmup_steps])
+  return optax.chain(optax.clip_by_global_norm(cfg.grad_clip),
+                     optax.adamw(lr, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay))
+
+
+def state_shardings(model: ModelConfig, optimizer: optax.GradientTransformation, mesh: Mesh,
+                    with_reference: bool) -> TrainState:
+  """Shardings of a TrainState: params by the model's logical rules, Adam moments like their params."""
+  params = transformer.param_shardings(model, mesh)
+  replicated = NamedSharding(mesh, P())
+  abstract_opt = jax.eval_shape(optimizer.init, transformer.abstract_params(model))
+  opt = optax.tree_map_params(optimizer, lambda _, s: s, abstract_opt, params,
+                              transform_non_params=lambda _: replicated)
+  return TrainState(step=replicated, params=params, opt_state=opt,
+                    reference_params=params if with_reference else None)
+
+
+def init_state(params, optimizer: optax.GradientTransformation, reference_params=None, mesh: Optional[Mesh] = None,
+               model: Optional[ModelConfig] = None) -> TrainState:
+  """A fresh TrainState; with a mesh (and the model config) every leaf is placed on its sharding."""
+  state = TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=optimizer.init(params),
+                     reference_params=reference_params)
+  if mesh is None:
+    return state
+  return jax.device_put(state, state_shardings(model, optimizer, mesh, reference_params is not None))
+
+
+def minibatch_sharding(mesh: Mesh, batch: TrainBatch):
+  """[A, m, ...] arrays: micro-batch rows over data x fsdp."""
+  return jax.tree.map(lambda x: NamedSharding(mesh, P(None, ("data", "fsdp"), *([None] * (x.ndim - 2)))), batch)
+
+
+def make_train_step(model: ModelConfig, loss_cfg: LossConfig, optimizer: optax.GradientTransformation,
+                    mesh: Optional[Mesh] = None, with_reference: bool = False):
+  """The jitted step for one (model, loss, optimizer) triple; the state argument is donated."""
+  objective = get_objective(loss_cfg.objective)
+  score_cfg = objective.score_config(loss_cfg)
+  if score_cfg.reference and not with_reference:
+    raise ValueError(f"objective {loss_cfg.objective!r} with kl_coef={loss_cfg.kl_coef} needs reference params")
+
+  def micro_loss(params, reference_params, micro: TrainBatch, norm):
+    scores = score(model, score_cfg, params, reference_params if score_cfg.reference else None, None,
+                   micro.score_batch())
+    return objective.loss(scores, micro, loss_cfg, norm)
+
+  grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
+
+  def step(state: TrainState, minibatch: TrainBatch):
+    norm = normalizer_for(minibatch.loss_mask.reshape(-1, minibatch.loss_mask.shape[-1]))
+
+    def body(carry, micro):
+      grads, metrics = carry
+      (_, m), g = grad_fn(state.params, state.reference_params, micro, norm)
+      return (jax.tree.map(jnp.add, grads, g), jax.tree.map(jnp.add, metrics, m)), None
+
+    zero_metrics = jax.eval_shape(lambda: grad_fn(state.params, state.reference_params,
+                                                  jax.tree.map(lambda x: x[0], minibatch), norm)[0][1])
+    init = (jax.tree.map(jnp.zeros_like, state.params),
+            jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), zero_metrics))
+    (grads, metrics), _ = jax.lax.scan(body, init, minibatch)
+    grad_norm = optax.tree.norm(grads)
+    finite = jnp.isfinite(metrics["loss"]) & jnp.isfinite(grad_norm)
+    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    keep = functools.partial(jax.tree.map, lambda new, old: jnp.where(finite, new, old))
+    new_state = state.replace(step=state.step + finite.astype(jnp.int32), params=keep(params, state.params),
+                              opt_state=keep(opt_state, state.opt_state))
+    metrics = dict(metrics, grad_norm=grad_norm, skipped=1.0 - finite.astype(jnp.float32),
+                   tokens=norm.tokens.astype(jnp.float32))
+    return new_state, metrics
+
+  if mesh is None:
+    return jax.jit(step, donate_argnums=0)
+  shardings = state_shardings(model, optimizer, mesh, with_reference)
+  replicated = NamedSharding(mesh, P())
+  jitted = jax.jit(step, donate_argnums=0, out_shardings=(shardings, replicated))
+
+  def sharded_step(state: TrainState, minibatch: TrainBatch):
+    return jitted(state, jax.device_put(minibatch, minibatch_sharding(mesh, minibatch)))
+
+  return sharded_step
+
+
+def split_minibatches(batch: TrainBatch, minibatch_size: int, micro_batch_size: int):
+  """Host-side: [B, T] numpy arrays -> a list of [A, m, T] mini-batches in order (B must divide evenly)."""
+  b = batch.tokens.shape[0]
+  if b % minibatch_size or minibatch_size % micro_batch_size:
+    raise ValueError(f"batch rows {b} must be a multiple of mini_batch_size {minibatch_size}, itself a multiple of "
+                     f"micro_batch_size {micro_batch_size}")
+  a = minibatch_size // micro_batch_size
+  out = []
+  for start in range(0, b, minibatch_size):
+    out.append(jax.tree.map(lambda x: x[start:start + minibatch_size].reshape(a, micro_batch_size, *x.shape[1:]),
+                            batch))
+  return out

@@ -1,0 +1,213 @@
+"""The training run: optional SFT warm start on expert demonstrations, then GRPO, with validation checkpoints.
+
+Data flows one way per iteration: task draw -> rollout (sampler + env workers) -> scores and advantages -> padded
+batch -> jitted updates (fused scoring inside the loss). Every `validation.every` iterations the policy plays the
+fixed validation panel and the pool saves a checkpoint carrying its metrics and per-problem outcomes; step 0 is the
+warm-started policy (GRPO's starting point and KL reference). Killing the run at any point and starting the same
+command again resumes from the newest checkpoint: params, optimizer state and step come from it, and the task draw
+and sampling keys are pure functions of (seed, iteration), so the resumed run retraces the uninterrupted one.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Dict, List
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from agentopd_jax.envs.alfworld.env import AlfworldEnv
+from agentopd_jax.envs.vector import VectorEnv, group_tasks
+from agentopd_jax.envs.verl_agent.metrics import episode_metrics
+from agentopd_jax.eval.report import evaluation_summary
+from agentopd_jax.eval.validate import episode_record, validate
+from agentopd_jax.models.loading import load_model_and_tokenizer
+from agentopd_jax.objectives.advantages import get_advantage_estimator, step_scores
+from agentopd_jax.objectives.registry import LossConfig
+from agentopd_jax.parallel.sharding import make_mesh
+from agentopd_jax.rollout.batch import collate
+from agentopd_jax.rollout.chat import ChatFormat
+from agentopd_jax.rollout.demonstrations import demonstration_samples
+from agentopd_jax.rollout.engine import RolloutConfig, RolloutEngine
+from agentopd_jax.rollout.text_envs import make_text_env
+from agentopd_jax.sampling.sampler import Sampler, SamplingParams
+from agentopd_jax.training import data
+from agentopd_jax.training.checkpoints import CheckpointPool
+from agentopd_jax.training.logging import MetricsLogger, plot_curves, progress
+from agentopd_jax.training.train_step import (OptimConfig, init_state, make_optimizer, make_train_step,
+                                              split_minibatches)
+
+logger = logging.getLogger(__name__)
+PAD_MULTIPLE = 128  # sequence-length bucket of training batches: bounds recompilation as lengths vary
+
+
+def config_dataclass(cls, cfg, **extra):
+  """A frozen dataclass from the ConfigDict fields it declares (the rest of the section is ignored)."""
+  names = {f.name for f in dataclasses.fields(cls)}
+  return cls(**{k: cfg[k] for k in names if k in cfg}, **extra)
+
+
+def _mean_metrics(rows: List[Dict[str, float]]) -> Dict[str, float]:
+  return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]} if rows else {}
+
+
+class Run:
+  """Everything a run builds once: model, tokenizer, games, env workers, engines, pool, logger."""
+
+  def __init__(self, c):
+    self.c = c
+    self.workdir = Path(c.workdir)
+    self.workdir.mkdir(parents=True, exist_ok=True)
+    (self.workdir / "config.json").write_text(c.to_json_best_effort(indent=2))
+    self.mesh = make_mesh(tuple(c.mesh_shape))
+    self.model, self.init_params, self.tokenizer = load_model_and_tokenizer(c.model, c.tokenizer_path, c.seed,
+                                                                            self.mesh)
+    self.train_games, valid_games = data.alfworld_games(c.env, c.seed)
+    self.panel = valid_games[:c.validation.num_tasks]
+    self.text_env = functools.partial(make_text_env, c.env.name, history_length=c.env.history_length,
+                                      compact=c.env.compact_prompt, flavor=c.env.prompt_flavor,
+                                      invalid_penalty=c.env.invalid_penalty)
+    self.sampler = Sampler(self.model, self.tokenizer, pad_id=self.tokenizer.pad_token_id or 0, mesh=self.mesh)
+    self.rollout_cfg = config_dataclass(RolloutConfig, c.rollout)
+    env_factory = functools.partial(AlfworldEnv, c.env.engine, c.rollout.max_steps)
+    n_train = c.grpo.tasks_per_iteration * c.grpo.group_size
+    n_val = len(self.panel) * c.validation.attempts
+    self.train_envs = VectorEnv(env_factory, min(c.env.num_workers, n_train), n_train)
+    self.val_envs = VectorEnv(env_factory, min(c.env.num_workers, n_val), n_val)
+    self.train_engine = RolloutEngine(self.sampler, self.tokenizer, self.train_envs, self.text_env, self.rollout_cfg)
+    self.val_engine = RolloutEngine(self.sampler, self.tokenizer, self.val_envs, self.text_env, self.rollout_cfg)
+    self.pool = CheckpointPool(self.workdir / "checkpoints", keep=c.checkpoint.keep or None)
+    self.log = MetricsLogger(self.workdir / "logs", use_tensorboard=c.logging.tensorboard)
+    self.loss_cfg = config_dataclass(LossConfig, c.loss)
+    self.optimizer = make_optimizer(config_dataclass(OptimConfig, c.optim))
+    self.use_reference = self.loss_cfg.kl_coef > 0
+    self.train_step = make_train_step(self.model, self.loss_cfg, self.optimizer, self.mesh, self.use_reference)
+    self.key = jax.random.key(c.seed)
+
+  def close(self):
+    self.train_envs.close()
+    self.val_envs.close()
+    self.log.close()
+    self.pool.close()
+
+  # ------------------------------------------------------------------------------------------------ phases
+  def sft(self):
+    """Imitation of expert demonstrations (NLL on the reply tokens), through the same train step."""
+    c = self.c
+    chat = ChatFormat(self.tokenizer)
+    demos = demonstration_samples(AlfworldEnv(c.env.engine), self.text_env, chat,
+                                  self.train_games[:c.sft.demos], data.expert_actions, c.rollout.layout)
+    optimizer = make_optimizer(OptimConfig(learning_rate=c.sft.learning_rate, warmup_steps=c.sft.warmup_steps,
+                                           weight_decay=c.optim.weight_decay, grad_clip=c.optim.grad_clip))
+    step_fn = make_train_step(self.model, LossConfig(objective="sft"), optimizer, self.mesh)
+    state = init_state(jax.tree.map(jnp.copy, self.init_params), optimizer, mesh=self.mesh, model=self.model)
+    rng = np.random.default_rng([c.seed, 7])
+    size = min(c.sft.batch_size, len(demos))
+    for s in progress(range(c.sft.steps), desc="sft"):
+      picked = [demos[i] for i in rng.choice(len(demos), size, replace=False)]
+      batch = collate(picked, [0.0] * size, PAD_MULTIPLE)
+      state, metrics = step_fn(state, split_minibatches(batch, size, min(c.sft.micro_batch_size, size))[0])
+      self.log.log(s + 1, {f"sft/{k}": float(v) for k, v in metrics.items()}, phase="sft")
+    return state.params, len(demos)
+
+  def validate(self, params, iteration: int) -> Dict:
+    c = self.c
+    sampling = SamplingParams(temperature=c.validation.temperature, top_p=c.rollout.top_p, top_k=c.rollout.top_k)
+    records, outcomes, stats = validate(self.val_engine, params, self.panel, c.validation.attempts,
+                                        jax.random.fold_in(self.key, 10**6), sampling)
+    summary = evaluation_summary(records, outcomes, ks=(1,))
+    metrics = {f"val/{k}": v for k, v in episode_metrics(records).items()}
+    metrics["val/time_s"] = stats["env_s"] + stats["generate_s"]
+    self.log.log(iteration, metrics, phase="val")
+    return dict(metrics=metrics, outcomes=outcomes, summary=summary)
+
+  def checkpoint(self, state, iteration: int, val: Dict):
+    self.pool.save(iteration, {"params": state.params, "opt_state": state.opt_state, "step": state.step},
+                   metrics=val["metrics"], outcomes=val["outcomes"], config=json.loads(self.c.to_json_best_effort()),
+                   extra={"iteration": iteration})
+
+  def grpo_iteration(self, state, iteration: int):
+    c, t0 = self.c, time.perf_counter()
+    tasks = data.iteration_tasks(self.train_games, c.grpo.tasks_per_iteration, c.seed, iteration)
+    envs, groups = group_tasks(tasks, c.grpo.group_size)
+    sampling = SamplingParams(temperature=c.rollout.temperature, top_p=c.rollout.top_p, top_k=c.rollout.top_k)
+    rollout = self.train_engine.run(state.params, envs, envs, groups, jax.random.fold_in(self.key, iteration),
+                                    sampling)
+    samples = rollout.samples
+    t1 = time.perf_counter()
+    scores = step_scores(jnp.asarray([s.episode_reward for s in samples]),
+                         jnp.asarray([s.action_valid for s in samples]), c.env.invalid_penalty)
+    advantages = get_advantage_estimator(c.grpo.advantage)(
+        scores, jnp.asarray([s.group_id for s in samples]), jnp.ones(len(samples)), num_groups=len(tasks))
+    mb = c.grpo.mini_batch_size
+    batch = collate(samples, np.asarray(advantages).tolist(), PAD_MULTIPLE, rows=math.ceil(len(samples) / mb) * mb)
+    t2 = time.perf_counter()
+    updates = []
+    for minibatch in split_minibatches(batch, mb, c.grpo.micro_batch_size):
+      state, m = self.train_step(state, minibatch)
+      updates.append({k: float(v) for k, v in m.items()})
+    t3 = time.perf_counter()
+    played = [episode_record(ep) for ep in rollout.episodes if not ep.env_failed]
+    metrics = {f"episode/{k}": v for k, v in episode_metrics(played).items()}
+    metrics.update({f"actor/{k}": v for k, v in _mean_metrics(updates).items()})
+    # On the first mini-batch the policy still equals the sampler's, so this is the sampler<->trainer drift.
+    metrics["rollout/logprob_drift"] = updates[0]["logprob_drift"]
+    metrics.update({"time/env_s": rollout.stats["env_s"], "time/generate_s": rollout.stats["generate_s"],
+                    "time/advantage_s": t2 - t1, "time/update_s": t3 - t2, "time/iteration_s": t3 - t0,
+                    "batch/samples": len(samples), "batch/rows": int(batch.tokens.shape[0]),
+                    "batch/width": int(batch.tokens.shape[1]), "batch/updates": len(updates),
+                    "batch/env_failed": sum(ep.env_failed for ep in rollout.episodes),
+                    "batch/score_mean": float(jnp.mean(scores))})
+    self.log.log(iteration, metrics, phase="train")
+    return state, metrics
+
+
+def train(c) -> Dict:
+  """Runs (or resumes) the configured job; returns a summary with the warm-start and best validation results."""
+  run = Run(c)
+  try:
+    latest = run.pool.latest_step()
+    if latest is None:
+      params, demos = run.sft() if c.sft.steps else (jax.tree.map(jnp.copy, run.init_params), 0)
+      state = init_state(params, run.optimizer, jax.tree.map(jnp.copy, params) if run.use_reference else None,
+                         run.mesh, run.model)
+      run.checkpoint(state, 0, run.validate(state.params, 0))
+      start = 1
+    else:
+      template = init_state(run.init_params, run.optimizer, mesh=run.mesh, model=run.model)
+      saved = run.pool.restore(latest, {"params": template.params, "opt_state": template.opt_state,
+                                        "step": template.step})
+      reference = run.pool.restore_params(0, template.params) if run.use_reference else None
+      state = template.replace(params=saved["params"], opt_state=saved["opt_state"], step=saved["step"],
+                               reference_params=reference)
+      run.log.truncate_after(latest)
+      start = latest + 1
+      logger.info("resumed from step %d of %s", latest, run.pool.directory)
+    for iteration in progress(range(start, c.grpo.iterations + 1), desc="grpo", initial=start - 1,
+                              total=c.grpo.iterations):
+      state, _ = run.grpo_iteration(state, iteration)
+      if iteration % c.validation.every == 0 or iteration == c.grpo.iterations:
+        run.checkpoint(state, iteration, run.validate(state.params, iteration))
+    summary = summarize(run.pool)
+    (run.workdir / "summary.json").write_text(json.dumps(summary, indent=2))
+    if c.logging.plot:
+      run.log.flush()
+      plot_curves(run.workdir / "logs", run.workdir / "curves.png")
+    return summary
+  finally:
+    run.close()
+
+
+def summarize(pool: CheckpointPool) -> Dict:
+  """Validation success of the warm start (step 0), the final and the best checkpoint."""
+  steps = pool.steps()
+  success = {s: pool.metadata(s)["metrics"].get("val/success_rate") for s in steps}
+  best = pool.best_step()
+  return {"steps": steps, "val_success": success, "start_success": success[steps[0]],
+          "final_success": success[steps[-1]], "best_step": best, "best_success": success[best]}

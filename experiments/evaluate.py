@@ -1,0 +1,83 @@
+"""Evaluate a checkpoint of a run, or a Hugging Face folder, on the validation panel; writes JSON + markdown.
+
+  python experiments/evaluate.py --config=configs/alfworld.py --step=best          # a checkpoint of config.workdir
+  python experiments/evaluate.py --config=configs/alfworld.py --step=latest --attempts=4 --ks=1,4
+  python experiments/evaluate.py --config=configs/alfworld.py --hf_path=/models/Qwen2.5-3B-Instruct
+
+Reports success overall and per task type, mean reward, valid-action ratio, episode length and pass@k (k <= the
+attempts per problem), using the config's validation sampling (temperature) on its fixed panel.
+"""
+import functools
+import json
+import os
+
+import jax
+from absl import app, flags
+from ml_collections import config_flags
+
+from agentopd_jax.envs.alfworld.env import AlfworldEnv
+from agentopd_jax.envs.vector import VectorEnv
+from agentopd_jax.eval.report import evaluation_summary, write_report
+from agentopd_jax.eval.validate import validate
+from agentopd_jax.models import transformer
+from agentopd_jax.models.loading import load_model_and_tokenizer
+from agentopd_jax.parallel.sharding import make_mesh
+from agentopd_jax.rollout.engine import RolloutConfig, RolloutEngine
+from agentopd_jax.rollout.text_envs import make_text_env
+from agentopd_jax.sampling.sampler import Sampler, SamplingParams
+from agentopd_jax.training import data
+from agentopd_jax.training.checkpoints import CheckpointPool
+from agentopd_jax.training.trainer import config_dataclass
+
+_CONFIG = config_flags.DEFINE_config_file("config", "configs/alfworld.py", "Run config.", lock_config=True)
+_STEP = flags.DEFINE_string("step", "best", "checkpoint step of config.workdir: an integer, 'best' or 'latest'")
+_HF_PATH = flags.DEFINE_string("hf_path", "", "evaluate this HF folder instead of a checkpoint")
+_ATTEMPTS = flags.DEFINE_integer("attempts", 0, "episodes per panel problem (0: config.validation.attempts)")
+_KS = flags.DEFINE_list("ks", ["1"], "pass@k values to report")
+_OUT = flags.DEFINE_string("out", "", "report folder (default: <workdir>/eval)")
+
+
+def _params(c, mesh):
+  """(model config, params, tokenizer, label) of the evaluated policy."""
+  if _HF_PATH.value:
+    c.model.path = _HF_PATH.value
+    config, params, tokenizer = load_model_and_tokenizer(c.model, c.tokenizer_path, c.seed, mesh)
+    return config, params, tokenizer, _HF_PATH.value
+  config, _, tokenizer = load_model_and_tokenizer(c.model, c.tokenizer_path, c.seed, mesh)
+  pool = CheckpointPool(os.path.join(c.workdir, "checkpoints"), read_only=True)
+  step = {"best": pool.best_step, "latest": pool.latest_step}.get(_STEP.value, lambda: int(_STEP.value))()
+  if step is None:
+    raise ValueError(f"no {_STEP.value} checkpoint in {pool.directory}")
+  abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                          transformer.abstract_params(config), transformer.param_shardings(config, mesh))
+  return config, pool.restore_params(step, abstract), tokenizer, f"{c.workdir} step {step}"
+
+
+def main(argv):
+  del argv
+  c = _CONFIG.value.unlocked()
+  mesh = make_mesh(tuple(c.mesh_shape))
+  config, params, tokenizer, label = _params(c, mesh)
+  attempts = _ATTEMPTS.value or c.validation.attempts
+  _, valid_games = data.alfworld_games(c.env, c.seed)
+  panel = valid_games[:c.validation.num_tasks]
+  text_env = functools.partial(make_text_env, c.env.name, history_length=c.env.history_length,
+                               compact=c.env.compact_prompt, flavor=c.env.prompt_flavor,
+                               invalid_penalty=c.env.invalid_penalty)
+  sampler = Sampler(config, tokenizer, pad_id=tokenizer.pad_token_id or 0, mesh=mesh)
+  n = len(panel) * attempts
+  with VectorEnv(functools.partial(AlfworldEnv, c.env.engine, c.rollout.max_steps), min(c.env.num_workers, n),
+                 n) as envs:
+    engine = RolloutEngine(sampler, tokenizer, envs, text_env, config_dataclass(RolloutConfig, c.rollout))
+    sampling = SamplingParams(temperature=c.validation.temperature, top_p=c.rollout.top_p, top_k=c.rollout.top_k)
+    records, outcomes, _ = validate(engine, params, panel, attempts, jax.random.key(c.seed + 1), sampling)
+  ks = [int(k) for k in _KS.value if int(k) <= attempts]
+  summary = evaluation_summary(records, outcomes, ks=ks)
+  summary["evaluated"] = label
+  json_path, md_path = write_report(summary, _OUT.value or os.path.join(c.workdir, "eval"),
+                                    title=f"ALFWorld evaluation: {label}")
+  print(json.dumps({"success_rate": summary["success_rate"], "json": json_path, "markdown": md_path}))
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,119 @@
+"""MetricsLogger: JSONL records (NaN -> null, resume truncation), TensorBoard events, curve plots, progress bar."""
+import io
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agentopd_jax.training.logging import METRICS_FILE, MetricsLogger, plot_curves, progress, read_metrics
+
+
+def _read_events(path):
+  """Scalars of a TensorBoard event file as [(tag, step, value)], parsing TFRecord framing by hand (tensorboard's
+  reader is not a dependency): u64 length, u32 length crc, payload, u32 payload crc."""
+  from tensorboardX.proto.event_pb2 import Event
+
+  data, pos, out, purge = path.read_bytes(), 0, [], []
+  while pos < len(data):
+    (length,) = struct.unpack("<Q", data[pos:pos + 8])
+    event = Event.FromString(data[pos + 12:pos + 12 + length])
+    pos += 12 + length + 4
+    if event.HasField("session_log"):
+      purge.append(event.step)
+    out += [(v.tag, event.step, v.simple_value) for v in event.summary.value]
+  assert pos == len(data)
+  return out, purge
+
+
+def _event_files(log_dir):
+  return sorted(log_dir.glob("events.out.tfevents.*"))
+
+
+def test_jsonl_records_types_and_nonfinite(tmp_path):
+  with MetricsLogger(tmp_path, use_tensorboard=False) as log:
+    log.log(1, {"loss": np.float32(0.5), "kl": np.array(2.0), "n": 3, "ok": np.bool_(True), "note": "hi"}, "train")
+    log.log(2, {"loss": float("nan"), "kl": np.inf}, "train")
+  lines = (tmp_path / METRICS_FILE).read_text().splitlines()
+  assert all(json.loads(line) is not None for line in lines)
+  assert "NaN" not in lines[1] and "Infinity" not in lines[1]  # strict JSON
+  first, second = read_metrics(tmp_path)
+  assert first["step"] == 1 and first["phase"] == "train" and isinstance(first["time"], float)
+  assert first["loss"] == 0.5 and first["kl"] == 2.0 and first["n"] == 3.0 and first["ok"] == 1.0
+  assert first["note"] == "hi"
+  assert second["loss"] is None and second["kl"] is None
+
+
+def test_jax_scalars_and_bad_values(tmp_path):
+  import jax.numpy as jnp
+
+  with MetricsLogger(tmp_path, use_tensorboard=False) as log:
+    log.log(0, {"x": jnp.float32(1.5), "y": jnp.array([2])})
+    with pytest.raises(TypeError):
+      log.log(1, {"v": np.zeros(3)})
+    with pytest.raises(ValueError):
+      log.log(1, {"step": 1.0})
+  (record,) = read_metrics(tmp_path)
+  assert record["x"] == 1.5 and record["y"] == 2.0
+
+
+def test_resume_appends_and_truncates(tmp_path):
+  with MetricsLogger(tmp_path, use_tensorboard=False) as log:
+    for step in range(1, 6):
+      log.log(step, {"loss": float(step)})
+  with open(tmp_path / METRICS_FILE, "a") as f:
+    f.write('{"step": 6, "phase": "tr')  # a crash mid-line
+  assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2, 3, 4, 5]  # torn tail skipped on read
+  with MetricsLogger(tmp_path, use_tensorboard=False) as log:  # resume from the step-3 checkpoint
+    assert log.truncate_after(3) == 2
+    log.log(4, {"loss": 40.0})
+  records = read_metrics(tmp_path)
+  assert [r["step"] for r in records] == [1, 2, 3, 4] and records[-1]["loss"] == 40.0
+
+
+def test_tensorboard_scalars_and_purge(tmp_path):
+  with MetricsLogger(tmp_path) as log:
+    log.log(1, {"loss": 0.25, "episode/success_rate": 0.5}, phase="train")
+    log.log(2, {"loss": 0.125}, phase="val")
+  (path,) = _event_files(tmp_path)
+  assert path.stat().st_size > 0
+  scalars, purge = _read_events(path)
+  assert scalars == [("train/loss", 1, 0.25), ("episode/success_rate", 1, 0.5), ("val/loss", 2, 0.125)]
+  assert purge == []
+  with MetricsLogger(tmp_path) as log:
+    log.truncate_after(1)
+    log.log(2, {"loss": 1.0})
+  files = _event_files(tmp_path)
+  assert len(files) == 2
+  (new,) = [f for f in files if f != path]
+  scalars, purge = _read_events(new)
+  assert purge == [2] and scalars == [("train/loss", 2, 1.0)]  # TensorBoard hides old events with step >= 2
+
+
+def test_plot_curves_png(tmp_path):
+  with MetricsLogger(tmp_path, use_tensorboard=False) as log:
+    for step in range(4):
+      log.log(step, {"loss": 1.0 / (step + 1), "kl": 0.1 * step, "reward/mean": step, "reward/max": 9, "lr": 1e-6})
+      if step % 2:
+        log.log(step, {"episode/success_rate": 0.2 * step, "reward/mean": float("nan")}, phase="val")
+  out = plot_curves(tmp_path, tmp_path / "plots" / "curves.png")
+  data = Path(out).read_bytes()
+  assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000
+  with pytest.raises(ValueError):
+    plot_curves(tmp_path, tmp_path / "none.png", keys=[])
+  from agentopd_jax.training.logging import _default_plot_keys
+
+  assert _default_plot_keys(read_metrics(tmp_path)) == ["loss", "kl", "reward/mean", "episode/success_rate"]
+
+
+def test_progress_respects_env(monkeypatch):
+  monkeypatch.setenv("AGENTOPD_PROGRESS", "0")
+  bar = progress(range(3), "x")
+  assert bar.disable and list(bar) == [0, 1, 2]
+  monkeypatch.setenv("AGENTOPD_PROGRESS", "1")
+  bar = progress(5, "y", file=io.StringIO())
+  assert not bar.disable and bar.total == 5
+  bar.update(5)
+  bar.close()
+  assert bar.n == 5

@@ -1,0 +1,173 @@
+"""Rollout engine invariants in both layouts, on generated ALFWorld games with a tiny random model.
+
+What must hold for training to be correct: completion ids, masks and behaviour log-probs line up token for token;
+the loss mask covers exactly the generated tokens (never an observation or prompt token); the behaviour log-probs
+equal what the trainer's scorer computes for the same tokens; episode outcomes reach every sample of the episode.
+"""
+import functools
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+pytest.importorskip("alfworld", reason="generating games needs the alfworld wheel's domain files ([envs] extra)")
+
+from agentopd_jax.envs.alfworld import data, generator  # noqa: E402
+from agentopd_jax.envs.alfworld.env import AlfworldEnv  # noqa: E402
+from agentopd_jax.envs.vector import VectorEnv, group_tasks  # noqa: E402
+from agentopd_jax.models import config as model_config, transformer  # noqa: E402
+from agentopd_jax.models.tokenizer import builtin_tokenizer, render_chat  # noqa: E402
+from agentopd_jax.rollout.batch import collate  # noqa: E402
+from agentopd_jax.rollout.chat import ChatFormat  # noqa: E402
+from agentopd_jax.rollout.demonstrations import demonstration_samples  # noqa: E402
+from agentopd_jax.rollout.engine import RolloutConfig, RolloutEngine  # noqa: E402
+from agentopd_jax.rollout.text_envs import AlfworldText, make_text_env  # noqa: E402
+from agentopd_jax.sampling.sampler import Sampler, SamplingParams  # noqa: E402
+from agentopd_jax.scoring.fused import ScoreConfig, make_score_fn  # noqa: E402
+
+MAX_STEPS = 4
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+  root = str(tmp_path_factory.mktemp("alfworld"))
+  generator.generate(root, sizes={"train": 6})
+  games = data.game_files("train", root)[:3]
+  tokenizer = builtin_tokenizer()
+  config = model_config.preset("tiny")
+  params = transformer.init_params(config, jax.random.key(0))
+  return games, tokenizer, config, params, Sampler(config, tokenizer)
+
+
+def _walkthrough(game):
+  with open(game) as f:
+    return json.load(f)["walkthrough"]
+
+
+class OracleText(AlfworldText):
+  """Ignores the model's reply and plays the expert's next action: episodes are won, on a known schedule."""
+
+  def begin(self, observation, infos):
+    super().begin(observation, infos)
+    self.plan = _walkthrough(infos["gamefile"])
+
+  def project(self, response):
+    return self.plan[len(self.memory)], 1
+
+
+def _run(setup, layout, text_env, max_steps=MAX_STEPS, max_response_tokens=12):
+  games, tokenizer, config, params, sampler = setup
+  tasks, groups = group_tasks(games, 2)
+  cfg = RolloutConfig(layout=layout, max_steps=max_steps, max_response_tokens=max_response_tokens,
+                      max_total_tokens=3072)
+  with VectorEnv(functools.partial(AlfworldEnv, "fast"), num_workers=2, num_envs=len(tasks)) as venv:
+    engine = RolloutEngine(sampler, tokenizer, venv, text_env, cfg)
+    return engine.run(params, tasks, tasks, groups, jax.random.key(3), SamplingParams(temperature=1.0)), tasks
+
+
+def _scored(setup, samples):
+  _, _, config, params, _ = setup
+  batch = collate(samples, [1.0] * len(samples), pad_to_multiple=32)
+  scores = make_score_fn(config, ScoreConfig(reference=False, top_k=0, entropy=False))(
+      params, None, None, jax.tree.map(jnp.asarray, batch.score_batch()))
+  return batch, np.asarray(scores.policy_logprobs)
+
+
+@pytest.mark.parametrize("layout", ["step", "trajectory"])
+def test_masks_ids_and_logprobs_line_up(setup, layout):
+  games, tokenizer, *_ = setup
+  rollout, tasks = _run(setup, layout, functools.partial(AlfworldText, compact=True))
+  samples = rollout.samples
+  assert samples and len(rollout.episodes) == len(tasks)
+  per_episode = {}
+  for s in samples:
+    assert len(s.completion_ids) == len(s.completion_mask) == len(s.behaviour_logprobs)
+    assert s.completion_mask[0] == 1 and s.completion_mask[-1] == 1  # starts and ends with a generated token
+    assert all(lp == 0.0 for lp, m in zip(s.behaviour_logprobs, s.completion_mask) if not m)
+    assert s.problem_id == tasks[s.traj_id] and s.group_id == s.traj_id // 2
+    per_episode.setdefault(s.traj_id, []).append(s)
+  for ep in rollout.episodes:
+    mine = per_episode[ep.traj_id]
+    if layout == "step":
+      assert [s.step_index for s in mine] == list(range(ep.length))
+      assert all(s.prompt_ids == ChatFormat(tokenizer).prompt_ids(s.prompt_text) for s in mine)
+    else:
+      assert len(mine) == 1 and mine[0].step_index == -1
+      runs = np.diff(np.concatenate([[0], mine[0].completion_mask, [0]]))
+      assert (runs == 1).sum() == ep.length  # one generated block per env step
+  batch, trainer_logprobs = _scored(setup, samples)
+  for b, s in enumerate(samples):
+    generated = np.zeros(batch.tokens.shape[1], bool)
+    generated[len(s.prompt_ids) + np.flatnonzero(s.completion_mask)] = True
+    np.testing.assert_array_equal(batch.loss_mask[b] > 0, generated)  # exactly the generated tokens
+  np.testing.assert_allclose(trainer_logprobs * batch.loss_mask, batch.old_logprobs, atol=2e-5)
+
+
+def test_trajectory_sequence_is_the_chat_conversation(setup):
+  """Decoded, a whole-trajectory sample reads as the chat template's rendering of the same conversation."""
+  games, tokenizer, *_ = setup
+  rollout, _ = _run(setup, "trajectory", functools.partial(OracleText, compact=True), max_response_tokens=8)
+  sample = rollout.samples[0]
+  ids = sample.prompt_ids + sample.completion_ids
+  mask = [0] * len(sample.prompt_ids) + sample.completion_mask
+  view = OracleText(compact=True)
+  env = AlfworldEnv("fast", MAX_STEPS)
+  obs, infos = env.reset(sample.problem_id)
+  view.begin(obs, infos)
+  messages, start = [], 0
+  while start < len(ids):
+    messages.append({"role": "user", "content": view.turn_prompt()})
+    first = mask.index(1, start)
+    end = mask.index(0, first) if 0 in mask[first:] else len(ids)
+    messages.append({"role": "assistant", "content": tokenizer.decode(ids[first:end], skip_special_tokens=True)})
+    action = view.plan[len(view.memory)]
+    obs, _, _, infos = env.step(action)
+    view.observe(action, obs, infos)
+    start = end
+  rendered = render_chat(tokenizer, messages, add_generation_prompt=False)
+  decoded = tokenizer.decode(ids, skip_special_tokens=False)
+  # Replies cut by the token limit lack the eos the template writes; everything else matches byte for byte.
+  assert decoded.replace("<|im_end|>", "") == rendered.replace("<|im_end|>", "").rstrip("\n")
+
+
+@pytest.mark.parametrize("layout", ["step", "trajectory"])
+def test_outcomes_reach_every_sample(setup, layout):
+  rollout, tasks = _run(setup, layout, functools.partial(OracleText, compact=True), max_steps=20)
+  plans = {g: len(_walkthrough(g)) for g in set(tasks)}
+  for ep in rollout.episodes:
+    assert ep.won and ep.reward == 10.0 and ep.length == plans[ep.problem_id] and not ep.truncated
+  assert all(s.won and s.episode_reward == 10.0 and s.action_valid == 1.0 for s in rollout.samples)
+
+
+def test_step_limit_truncates(setup):
+  rollout, _ = _run(setup, "step", functools.partial(AlfworldText, compact=True), max_steps=2)
+  assert all(ep.length == 2 and ep.truncated and not ep.won for ep in rollout.episodes)
+
+
+@pytest.mark.parametrize("layout", ["step", "trajectory"])
+def test_demonstrations_match_rollout_prompts(setup, layout):
+  """SFT demonstrations render exactly the prompts the policy later sees, and end each reply with eos."""
+  games, tokenizer, *_ = setup
+  chat = ChatFormat(tokenizer)
+  view = functools.partial(make_text_env, "alfworld", compact=True)
+  demos = demonstration_samples(AlfworldEnv("fast"), view, chat, games[:1], _walkthrough, layout)
+  rollout, _ = _run(setup, layout, functools.partial(OracleText, compact=True), max_steps=20)
+  played = [s for s in rollout.samples if s.problem_id == games[0] and s.traj_id == 0]
+  assert all(s.won and s.episode_reward == 10.0 for s in demos)
+  if layout == "step":
+    assert [d.prompt_ids for d in demos] == [p.prompt_ids for p in played]
+    assert all(d.completion_ids[-1] == tokenizer.eos_token_id for d in demos)
+  else:
+    assert demos[0].prompt_ids == played[0].prompt_ids
+    replies = [t for t, m in zip(demos[0].completion_ids, demos[0].completion_mask) if m]
+    assert tokenizer.decode(replies).count("<action>") == len(_walkthrough(games[0]))
+    assert replies.count(tokenizer.eos_token_id) == len(_walkthrough(games[0]))
+
+
+def test_unknown_layout_and_env_are_clear_errors():
+  with pytest.raises(ValueError, match="rollout.layout"):
+    RolloutConfig(layout="episode")
+  with pytest.raises(ValueError, match="unknown env"):
+    make_text_env("minecraft")
