@@ -31,7 +31,6 @@ EXTRAS = {
     "data": ["tensorflow-datasets==4.9.10", "array-record==0.8.6", "grain==0.2.18"],
     "envs": ["textworld[pddl]==1.7.0", "alfworld==0.4.2"],
     "retrieval": ["bm25s==0.3.16"],
-    "plot": ["matplotlib==3.11.2"],
 }
 
 setup(

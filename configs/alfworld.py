@@ -2,7 +2,7 @@
 
 Variants (`get_config(arg)`):
   cpu (default)  tiny model + built-in tokenizer + generated ALFWorld games on the fast engine: SFT warm start on
-                 expert demonstrations, then GRPO; sized to finish in about 15 minutes on 2 CPU cores.
+                 expert demonstrations, then GRPO; 13.5 minutes on 2 CPU cores (docs/results.md).
   qwen2p5_3b     the verl-agent / SDAR paper setting (Qwen2.5-3B-Instruct): 16 tasks x 8 group, lr 1e-6, KL 0.01,
   qwen2p5_7b     entropy 0.001, clip 0.2/0.2 c=3, 50 env steps, history 2, invalid penalty 0.1, rollout T=1.0,
   qwen3_1p7b     validation on 128 tasks at T=0.4, prompt/response 2048/512, no SFT. Weights come from
@@ -32,6 +32,7 @@ def _cpu() -> ml_collections.ConfigDict:
   c.env.data_root = ""                 # "" -> generate games under <cache>/alfworld_generated/seed<k>
   c.env.generate_train = 240           # games generated per split when data_root is empty
   c.env.generate_valid = 64
+  c.env.generate_scenes = (225,)       # generate in these ALFRED scenes only (a living room with 8 receptacles)
   c.env.train_split = "train"
   c.env.valid_split = "valid_seen"     # alfworld's eval_in_distribution
   c.env.task_types = ("pick_and_place_simple", "look_at_obj_in_light")
@@ -53,19 +54,21 @@ def _cpu() -> ml_collections.ConfigDict:
   c.rollout.top_k = 0
 
   c.sft = ml_collections.ConfigDict()
-  c.sft.steps = 50                     # 0 skips the warm start
+  c.sft.steps = 90                     # 0 skips the warm start
   c.sft.demos = 160                    # expert episodes from the training split
   c.sft.batch_size = 32
   c.sft.micro_batch_size = 32
   c.sft.learning_rate = 2e-3
   c.sft.warmup_steps = 10
+  c.sft.train_on_prompt = True         # loss on every token of a demonstration, not only on the replies
+  c.sft.expert = "planner"             # "planner" (knows where objects are) or "explorer" (searches; imitable)
 
   c.grpo = ml_collections.ConfigDict()
-  c.grpo.iterations = 12
+  c.grpo.iterations = 8
   c.grpo.tasks_per_iteration = 8
   c.grpo.group_size = 4
   c.grpo.advantage = "grpo"            # registry key: "grpo" (mean_std_norm) or "grpo_mean_norm"
-  c.grpo.mini_batch_size = 128         # samples per optimizer step (rows padded up to a multiple)
+  c.grpo.mini_batch_size = 160         # samples per optimizer step (rows padded up to a multiple)
   c.grpo.micro_batch_size = 32
 
   c.loss = ml_collections.ConfigDict()
@@ -106,6 +109,7 @@ def _paper(variant: str) -> ml_collections.ConfigDict:
   c.model.preset = PAPER_MODELS[variant]
   c.model.param_dtype = "bfloat16"
   c.env.data_root = ""                 # set to the real $ALFWORLD_DATA download
+  c.env.generate_scenes = ()           # generated games (no data_root): every scene
   c.env.task_types = ("pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep",
                       "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep", "pick_two_obj_and_place")
   c.env.compact_prompt = False
@@ -114,6 +118,7 @@ def _paper(variant: str) -> ml_collections.ConfigDict:
   c.rollout.max_prompt_tokens = 2048
   c.rollout.max_response_tokens = 512
   c.sft.steps = 0
+  c.sft.train_on_prompt = False
   c.grpo.iterations = 150
   c.grpo.tasks_per_iteration = 16
   c.grpo.group_size = 8

@@ -13,6 +13,7 @@ import os
 
 import jax
 from absl import app, flags
+from absl import logging as absl_logging
 from ml_collections import config_flags
 
 from agentopd_jax.envs.alfworld.env import AlfworldEnv
@@ -40,7 +41,8 @@ _OUT = flags.DEFINE_string("out", "", "report folder (default: <workdir>/eval)")
 def _params(c, mesh):
   """(model config, params, tokenizer, label) of the evaluated policy."""
   if _HF_PATH.value:
-    c.model.path = _HF_PATH.value
+    with c.unlocked():
+      c.model.path = _HF_PATH.value
     config, params, tokenizer = load_model_and_tokenizer(c.model, c.tokenizer_path, c.seed, mesh)
     return config, params, tokenizer, _HF_PATH.value
   config, _, tokenizer = load_model_and_tokenizer(c.model, c.tokenizer_path, c.seed, mesh)
@@ -55,7 +57,8 @@ def _params(c, mesh):
 
 def main(argv):
   del argv
-  c = _CONFIG.value.unlocked()
+  absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every restore at INFO
+  c = _CONFIG.value
   mesh = make_mesh(tuple(c.mesh_shape))
   config, params, tokenizer, label = _params(c, mesh)
   attempts = _ATTEMPTS.value or c.validation.attempts

@@ -7,6 +7,7 @@ import json
 import logging
 
 from absl import app
+from absl import logging as absl_logging
 from ml_collections import config_flags
 
 from agentopd_jax.training.trainer import train
@@ -16,8 +17,8 @@ _CONFIG = config_flags.DEFINE_config_file("config", "configs/alfworld.py", "Trai
 
 def main(argv):
   del argv
-  # Our progress at INFO; libraries (orbax logs every save step at INFO) stay at WARNING.
-  logging.basicConfig(level=logging.WARNING)
+  # Our progress at INFO; libraries (orbax logs every save and restore at INFO through absl) at WARNING.
+  absl_logging.set_verbosity(absl_logging.WARNING)
   logging.getLogger("agentopd_jax").setLevel(logging.INFO)
   summary = train(_CONFIG.value)
   print(json.dumps(summary))

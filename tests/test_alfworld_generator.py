@@ -169,3 +169,18 @@ def test_text_versions():
   assert grammar.version_of(old_grammar) == "2.1.1" and grammar.version_of(new_grammar) == "2.1.3"
   assert grammar.rule_text(grammar.with_goal(new_grammar, "put a mug in desk"), "task") == \
       "Your task is to: put a mug in desk."
+
+
+def test_task_type_and_scene_filters(tmp_path):
+  """A CPU-sized data set: only the requested task types, only the requested scene, in the real proportions."""
+  types = ("pick_and_place_simple", "look_at_obj_in_light")
+  counts = generator.split_counts("train", 40, types)
+  assert set(counts) == set(types) and sum(counts.values()) == 40
+  assert counts["pick_and_place_simple"] > counts["look_at_obj_in_light"] > 0  # 790 : 308 in the real split
+  paths = generator.generate(str(tmp_path), {"train": 12, "valid_seen": 4}, task_types=types, scene_numbers=(225,))
+  games = [p for split in paths.values() for p in split]
+  assert len(games) == 16 and all("-225/" in p for p in games)
+  assert {data.task_type_of(p) for p in games} == set(types)
+  assert data.game_files("train", str(tmp_path)) == sorted(paths["train"])
+  with pytest.raises(ValueError, match="among \\[225\\]"):
+    generator.make_game("train", 10, 0, task_types=("pick_heat_then_place_in_recep",), scene_numbers=(225,))

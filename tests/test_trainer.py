@@ -109,3 +109,32 @@ def test_killed_run_resumes_to_identical_parameters(tmp_path, games_root, uninte
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-6)
   train = [r for r in read_metrics(os.path.join(workdir, "logs")) if r["phase"] == "train"]
   assert [r["step"] for r in train] == list(range(1, ITERATIONS + 1))  # no duplicated steps after the resume
+
+
+def test_hf_folder_and_trajectory_layout(tmp_path, games_root):
+  """The researcher's path: weights and tokenizer from a local HF folder (here a tiny random Qwen2 saved by
+  transformers), GRPO on whole-trajectory samples with observation tokens masked, KL to the loaded model."""
+  import torch
+  import transformers as tf
+
+  from agentopd_jax.models.tokenizer import builtin_tokenizer
+
+  torch.manual_seed(0)
+  folder = tmp_path / "hf_qwen2"
+  model = tf.Qwen2ForCausalLM(tf.Qwen2Config(vocab_size=1024, hidden_size=64, intermediate_size=128,
+                                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                             max_position_embeddings=4096, tie_word_embeddings=True))
+  model.save_pretrained(folder)
+  builtin_tokenizer().save_pretrained(folder)
+  workdir = str(tmp_path / "run_hf")
+  cmd = [sys.executable, os.path.join(ROOT, "experiments", "train.py"),
+         f"--config={os.path.join(ROOT, 'configs', 'alfworld.py')}"] + _flags(workdir, games_root) + [
+      f"--config.model.path={folder}", "--config.sft.steps=0", "--config.grpo.iterations=1",
+      "--config.rollout.layout=trajectory", "--config.rollout.max_total_tokens=2048"]
+  _finish(subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+  with CheckpointPool(os.path.join(workdir, "checkpoints"), read_only=True) as pool:
+    assert pool.steps() == [0, 1]
+    assert pool.metadata(1)["config"]["model"]["path"] == str(folder)
+  train = [r for r in read_metrics(os.path.join(workdir, "logs")) if r["phase"] == "train"]
+  assert train[0]["batch/samples"] == 8  # one sample per episode: 2 tasks x group 4
+  assert abs(train[0]["rollout/logprob_drift"]) < 1e-4 and train[0]["actor/kl"] >= 0.0

@@ -6,8 +6,10 @@ tasks as an uninterrupted one without storing any data-loader state.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import zlib
 from pathlib import Path
 from typing import List, Sequence, Tuple
 
@@ -16,7 +18,7 @@ import numpy as np
 from agentopd_jax.envs.alfworld import data as alfworld_data
 from agentopd_jax.envs.alfworld import generator
 from agentopd_jax.envs.alfworld.engine_fast import FastEngine
-from agentopd_jax.envs.alfworld.expert import solve
+from agentopd_jax.envs.alfworld.expert import explore_then_solve, solve
 
 
 def cache_dir() -> Path:
@@ -27,13 +29,16 @@ def alfworld_games(env_cfg, seed: int) -> Tuple[List[str], List[str]]:
   """(training games, validation games) of the configured splits and task types."""
   root = env_cfg.data_root
   if not root:
-    root = str(cache_dir() / f"alfworld_generated/seed{seed}_train{env_cfg.generate_train}_valid"
-                             f"{env_cfg.generate_valid}")
+    scene_numbers = tuple(env_cfg.generate_scenes) or None
+    spec = json.dumps([seed, env_cfg.train_split, env_cfg.generate_train, env_cfg.valid_split, env_cfg.generate_valid,
+                       sorted(env_cfg.task_types), scene_numbers])
+    root = str(cache_dir() / "alfworld_generated" / hashlib.sha1(spec.encode()).hexdigest()[:12])
     done = Path(root) / "COMPLETE"
     if not done.exists():  # the marker is written last, so an interrupted generation is redone, not half-used
       generator.generate(root, {env_cfg.train_split: env_cfg.generate_train,
-                                env_cfg.valid_split: env_cfg.generate_valid}, seed=seed)
-      done.write_text("ok\n")
+                                env_cfg.valid_split: env_cfg.generate_valid}, seed=seed,
+                         task_types=tuple(env_cfg.task_types), scene_numbers=scene_numbers)
+      done.write_text(spec + "\n")
   elif not os.path.isdir(root):
     raise FileNotFoundError(f"env.data_root: no such folder {root}")
   train = alfworld_data.game_files(env_cfg.train_split, root, env_cfg.task_types)
@@ -44,15 +49,26 @@ def alfworld_games(env_cfg, seed: int) -> Tuple[List[str], List[str]]:
   return train, valid
 
 
-def expert_actions(gamefile: str) -> List[str]:
-  """The game's stored walkthrough, or the expert planner's plan when the file has none."""
+EXPERTS = ("explorer", "planner")
+
+
+def expert_actions(gamefile: str, expert: str = "planner") -> List[str]:
+  """Demonstration actions for a game.
+
+  "explorer" (`explore_then_solve`): searches until the object is in view, so a text-only policy can imitate it.
+  "planner": the stored walkthrough (the privileged planner's plan: it walks straight to the hidden object).
+  """
+  if expert not in EXPERTS:
+    raise ValueError(f"sft.expert must be one of {EXPERTS}, got {expert!r}")
   with open(gamefile) as f:
     walkthrough = json.load(f).get("walkthrough")
-  if walkthrough:
+  if expert == "planner" and walkthrough:
     return list(walkthrough)
   engine = FastEngine(gamefile)
   engine.reset()
-  return solve(engine)
+  if expert == "planner":
+    return solve(engine)
+  return explore_then_solve(engine, seed=zlib.crc32(gamefile.encode()))
 
 
 def iteration_tasks(pool: Sequence[str], n: int, seed: int, iteration: int) -> List[str]:

@@ -44,6 +44,7 @@ from agentopd_jax.training.train_step import (OptimConfig, init_state, make_opti
                                               split_minibatches)
 
 logger = logging.getLogger(__name__)
+RANDOM_INIT_PRESETS = ("tiny", "small")  # CPU-sized models trained from scratch; larger ones load a checkpoint
 PAD_MULTIPLE = 128  # sequence-length bucket of training batches: bounds recompilation as lengths vary
 
 
@@ -65,6 +66,9 @@ class Run:
     self.workdir = Path(c.workdir)
     self.workdir.mkdir(parents=True, exist_ok=True)
     (self.workdir / "config.json").write_text(c.to_json_best_effort(indent=2))
+    if not c.model.path and c.model.preset not in RANDOM_INIT_PRESETS:
+      raise ValueError(f"model.path: preset {c.model.preset!r} needs pretrained weights; pass "
+                       f"--config.model.path=/path/to/hf_folder (random init is only for {RANDOM_INIT_PRESETS})")
     self.mesh = make_mesh(tuple(c.mesh_shape))
     self.model, self.init_params, self.tokenizer = load_model_and_tokenizer(c.model, c.tokenizer_path, c.seed,
                                                                             self.mesh)
@@ -102,7 +106,8 @@ class Run:
     c = self.c
     chat = ChatFormat(self.tokenizer)
     demos = demonstration_samples(AlfworldEnv(c.env.engine), self.text_env, chat,
-                                  self.train_games[:c.sft.demos], data.expert_actions, c.rollout.layout)
+                                  self.train_games[:c.sft.demos],
+                                  functools.partial(data.expert_actions, expert=c.sft.expert), c.rollout.layout)
     optimizer = make_optimizer(OptimConfig(learning_rate=c.sft.learning_rate, warmup_steps=c.sft.warmup_steps,
                                            weight_decay=c.optim.weight_decay, grad_clip=c.optim.grad_clip))
     step_fn = make_train_step(self.model, LossConfig(objective="sft"), optimizer, self.mesh)
@@ -112,6 +117,10 @@ class Run:
     for s in progress(range(c.sft.steps), desc="sft"):
       picked = [demos[i] for i in rng.choice(len(demos), size, replace=False)]
       batch = collate(picked, [0.0] * size, PAD_MULTIPLE)
+      if c.sft.train_on_prompt:
+        # Language modelling on the whole demonstration (env text included): a from-scratch model learns to read
+        # and copy from observations and action lists far faster with every token supervised, at no extra compute.
+        batch.loss_mask = (batch.segment_ids > 0).astype(np.float32)
       state, metrics = step_fn(state, split_minibatches(batch, size, min(c.sft.micro_batch_size, size))[0])
       self.log.log(s + 1, {f"sft/{k}": float(v) for k, v in metrics.items()}, phase="sft")
     return state.params, len(demos)

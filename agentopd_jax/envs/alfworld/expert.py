@@ -8,6 +8,8 @@ is what DAgger-style relabelling and oracles need; `plan(engine)` rolls the poli
 """
 from __future__ import annotations
 
+import random
+import re
 from dataclasses import dataclass
 from typing import Iterator, List, Optional
 
@@ -147,3 +149,54 @@ class Expert:
 def solve(env: FastEngine) -> List[str]:
   """The expert's full plan from env's current state."""
   return Expert(env).plan(env)
+
+
+def explore_then_solve(env: FastEngine, seed: int = 0, max_len: int = 60) -> List[str]:
+  """A demonstration a text-only policy can imitate: search receptacles in a random order (opening closed ones)
+  until the task object is in view, take it with the expert, search again for a lamp in a look task, and let the
+  expert finish.
+
+  `solve` walks straight to the hidden object, which a policy that only reads observations cannot know; imitating it
+  teaches "go somewhere, then take", not "take what you see". Here every `take` and `use` follows an observation that
+  shows its object. Falls back to `solve` when the search would exceed `max_len` steps.
+  """
+  sim, rng, actions = env.copy(), random.Random(seed), []
+  w, expert = sim.world, Expert(sim)
+  by_name = {w.names[r]: r for r in w.rtype}
+  order = sorted(by_name)
+  rng.shuffle(order)
+
+  def names_of(type_const: str) -> List[str]:
+    return [w.names[o] for o, t in w.otype.items() if t == type_const]
+
+  def act(action: str) -> str:
+    actions.append(action)
+    return sim.step(action)[0]
+
+  looked: dict = {}  # receptacle name -> what was seen there (a lamp noticed while searching is remembered)
+
+  def search(names: List[str]) -> None:
+    seen = re.compile("|".join(rf"\b{re.escape(n)}\b" for n in names))
+    known = [name for name, obs in looked.items() if seen.search(obs)]
+    for name in known[:1] + [n for n in order if n not in looked]:
+      if f"go to {name}" not in sim.admissible_commands:
+        continue
+      obs = act(f"go to {name}")
+      if by_name[name] in w.openable and not sim.is_open(by_name[name]):
+        obs = act(f"open {name}")
+      looked[name] = obs
+      if seen.search(obs):
+        return
+
+  def follow_until(done) -> None:
+    while not done() and len(actions) < max_len:
+      act(expert.next_action(sim))
+
+  search(names_of(expert.goal.obj_type))
+  follow_until(lambda: bool(sim.held) or sim.won)
+  if expert.goal.look and not sim.won:
+    search(names_of(expert.goal.target_type))
+  follow_until(lambda: sim.won)
+  if not sim.won:
+    return solve(env)
+  return actions

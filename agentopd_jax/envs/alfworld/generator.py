@@ -100,9 +100,11 @@ def tasks(task_type: str, layout: scenes.Layout) -> List[Task]:
           if r not in excluded and o in vocab.CAN_CONTAIN[r] and _placeable(o, layout, exclude=r)]
 
 
-def split_counts(split: str, n: int) -> Dict[str, int]:
-  """n games split over the task types in the real split's proportions (largest remainder)."""
-  real = REAL_COUNTS[split]
+def split_counts(split: str, n: int, task_types: Optional[Sequence[str]] = None) -> Dict[str, int]:
+  """n games split over the task types (default: all six) in the real split's proportions (largest remainder)."""
+  real = {t: c for t, c in REAL_COUNTS[split].items() if task_types is None or t in task_types}
+  if not real:
+    raise ValueError(f"no known task type among {task_types}; expected some of {sorted(REAL_COUNTS[split])}")
   total = sum(real.values())
   exact = {t: n * c / total for t, c in real.items()}
   counts = {t: int(x) for t, x in exact.items()}
@@ -112,27 +114,31 @@ def split_counts(split: str, n: int) -> Dict[str, int]:
 
 
 @functools.lru_cache(maxsize=8)
-def _type_order(split: str, n: int) -> Tuple[str, ...]:
-  counts = split_counts(split, n)
+def _type_order(split: str, n: int, task_types: Optional[Tuple[str, ...]] = None) -> Tuple[str, ...]:
+  counts = split_counts(split, n, task_types)
   return tuple(t for _, t in sorted(((k + 0.5) / c, t) for t, c in counts.items() for k in range(c)))
 
 
-def task_type_of(split: str, n: int, index: int) -> str:
+def task_type_of(split: str, n: int, index: int, task_types: Optional[Sequence[str]] = None) -> str:
   """Task type of game `index` in a split of n games: the types interleaved so every prefix is balanced."""
-  return _type_order(split, n)[index]
+  return _type_order(split, n, None if task_types is None else tuple(task_types))[index]
 
 
-def sample_game(split: str, task_type: str, rng: random.Random) -> Game:
+def sample_game(split: str, task_type: str, rng: random.Random, scene_numbers: Optional[Sequence[int]] = None
+                ) -> Game:
+  """A game of `task_type` in a random scene of the split (restricted to `scene_numbers` when given)."""
   unseen = split == "valid_unseen"
   rooms = list(vocab.TASK_ROOMS[task_type])
-  candidates = [s for room in rooms for s in scenes.scenes(room, unseen)]
+  candidates = [s for room in rooms for s in scenes.scenes(room, unseen)
+                if scene_numbers is None or s in scene_numbers]
   rng.shuffle(candidates)
   for scene in candidates:
     layout = scenes.layout(scene)
     options = [t for t in tasks(task_type, layout) if held_out(t) == unseen]
     if options:
       return _populate(rng.choice(options), layout, rng)
-  raise ValueError(f"no {split} scene supports {task_type}")
+  raise ValueError(f"no {split} scene{'' if scene_numbers is None else f' among {list(scene_numbers)}'} "
+                   f"supports {task_type}")
 
 
 def _populate(task: Task, layout: scenes.Layout, rng: random.Random) -> Game:
@@ -240,10 +246,11 @@ def traj_data(game: Game) -> dict:
   }
 
 
-def make_game(split: str, n: int, index: int, seed: int = 0) -> Game:
-  """Game `index` of a split of n games (deterministic in (seed, split, n, index))."""
+def make_game(split: str, n: int, index: int, seed: int = 0, task_types: Optional[Sequence[str]] = None,
+              scene_numbers: Optional[Sequence[int]] = None) -> Game:
+  """Game `index` of a split of n games (deterministic in (seed, split, n, index) and the filters)."""
   rng = random.Random(f"alfworld/{seed}/{split}/{index}")
-  return sample_game(split, task_type_of(split, n, index), rng)
+  return sample_game(split, task_type_of(split, n, index, task_types), rng, scene_numbers)
 
 
 def write_game(root: str, split: str, game: Game, version: str, walkthrough: Optional[List[str]]) -> str:
@@ -260,15 +267,20 @@ def write_game(root: str, split: str, game: Game, version: str, walkthrough: Opt
   return path
 
 
-def generate(root: str, sizes: Optional[Dict[str, int]] = None, seed: int = 0, version: str = tw_grammar.DEFAULT_VERSION
+def generate(root: str, sizes: Optional[Dict[str, int]] = None, seed: int = 0, version: str = tw_grammar.DEFAULT_VERSION,
+             task_types: Optional[Sequence[str]] = None, scene_numbers: Optional[Sequence[int]] = None
              ) -> Dict[str, List[str]]:
   """Write the splits (default: the real sizes 3553/140/134) under `root`; each game's walkthrough is the expert's
-  plan, which also proves it solvable. Returns the game-file paths per split."""
+  plan, which also proves it solvable. Returns the game-file paths per split.
+
+  task_types / scene_numbers restrict the games (e.g. one small room for a CPU-sized run); the defaults (all types,
+  every scene of the split) give the real benchmark's mix.
+  """
   out = {}
   for split, n in (sizes or REAL_SIZES).items():
     out[split] = []
     for i in range(n):
-      game = make_game(split, n, i, seed)
+      game = make_game(split, n, i, seed, task_types, scene_numbers)
       engine = FastEngine(game_file(game, version, None))
       engine.reset()
       out[split].append(write_game(root, split, game, version, solve(engine)))

@@ -1,0 +1,60 @@
+"""configs/alfworld.py: variants, the paper settings they encode, and clear errors for bad fields."""
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+
+from agentopd_jax.objectives.registry import LossConfig
+from agentopd_jax.rollout.engine import RolloutConfig
+from agentopd_jax.training.train_step import OptimConfig
+from agentopd_jax.training.trainer import Run, config_dataclass
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _module():
+  spec = importlib.util.spec_from_file_location("alfworld_config", os.path.join(ROOT, "configs", "alfworld.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+@pytest.mark.parametrize("variant", ["", "cpu", "qwen2p5_3b", "qwen2p5_7b", "qwen3_1p7b"])
+def test_variants_build_their_dataclasses(variant):
+  c = _module().get_config(variant)
+  config_dataclass(RolloutConfig, c.rollout)
+  config_dataclass(LossConfig, c.loss)
+  config_dataclass(OptimConfig, c.optim)
+
+
+def test_paper_setting():
+  c = _module().get_config("qwen2p5_3b")
+  assert (c.grpo.tasks_per_iteration, c.grpo.group_size) == (16, 8)
+  assert (c.optim.learning_rate, c.loss.kl_coef, c.loss.entropy_coef) == (1e-6, 0.01, 0.001)
+  assert (c.loss.clip_ratio_low, c.loss.clip_ratio_high, c.loss.clip_ratio_c) == (0.2, 0.2, 3.0)
+  assert (c.rollout.max_steps, c.env.history_length, c.env.invalid_penalty) == (50, 2, 0.1)
+  assert (c.rollout.temperature, c.validation.num_tasks, c.validation.temperature) == (1.0, 128, 0.4)
+  assert (c.rollout.max_prompt_tokens, c.rollout.max_response_tokens) == (2048, 512)
+  assert c.rollout.layout == "step" and c.sft.steps == 0 and not c.env.compact_prompt
+  assert _module().get_config("qwen3_1p7b").model.preset == "qwen3-1.7b"
+
+
+def test_unknown_variant_is_an_error():
+  with pytest.raises(ValueError, match="unknown configs/alfworld.py variant"):
+    _module().get_config("gpt5")
+
+
+def test_paper_preset_needs_weights(tmp_path):
+  c = _module().get_config("qwen2p5_3b")
+  c.workdir = str(tmp_path)
+  with pytest.raises(ValueError, match="model.path"):
+    Run(c)
+
+
+def test_unknown_override_names_the_field():
+  out = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "train.py"),
+                        f"--config={os.path.join(ROOT, 'configs', 'alfworld.py')}", "--config.grpo.iteratoins=3"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert out.returncode != 0 and "iteratoins" in out.stderr
