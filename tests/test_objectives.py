@@ -101,7 +101,10 @@ def test_advantage_registry_and_broadcast():
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.floats(-10, 10, width=32), st.integers(0, 3), st.booleans()), min_size=12, max_size=12))
+# No scores near float32's smallest normal: XLA on CPU flushes subnormal results (s / (1 + ε)) to zero, which says
+# nothing about GRPO.
+@given(st.lists(st.tuples(st.floats(-10, 10, width=32).filter(lambda x: x == 0 or abs(x) > 1e-30), st.integers(0, 3),
+                          st.booleans()), min_size=12, max_size=12))
 def test_grpo_mean_std_norm_is_centred_per_group(rows):
   scores = jnp.array([r[0] for r in rows], jnp.float32)
   groups = jnp.array([r[1] for r in rows], jnp.int32)
