@@ -25,7 +25,6 @@ import numpy as np
 from agentopd_jax.envs.alfworld.env import AlfworldEnv
 from agentopd_jax.envs.vector import VectorEnv, group_tasks
 from agentopd_jax.envs.verl_agent.metrics import episode_metrics
-from agentopd_jax.eval.report import evaluation_summary
 from agentopd_jax.eval.validate import episode_record, validate
 from agentopd_jax.models.loading import load_model_and_tokenizer
 from agentopd_jax.objectives.advantages import get_advantage_estimator, step_scores
@@ -102,7 +101,8 @@ class Run:
 
   # ------------------------------------------------------------------------------------------------ phases
   def sft(self):
-    """Imitation of expert demonstrations (NLL on the reply tokens), through the same train step."""
+    """Imitation of expert demonstrations through the same train step: NLL on the replies, or on every token with
+    `sft.train_on_prompt`."""
     c = self.c
     chat = ChatFormat(self.tokenizer)
     demos = demonstration_samples(AlfworldEnv(c.env.engine), self.text_env, chat,
@@ -118,23 +118,22 @@ class Run:
       picked = [demos[i] for i in rng.choice(len(demos), size, replace=False)]
       batch = collate(picked, [0.0] * size, PAD_MULTIPLE)
       if c.sft.train_on_prompt:
-        # Language modelling on the whole demonstration (env text included): a from-scratch model learns to read
-        # and copy from observations and action lists far faster with every token supervised, at no extra compute.
+        # Language modelling on the whole demonstration (env text included): a from-scratch model gets ~30x more
+        # supervised tokens for the same compute (docs/results.md: valid replies 0 -> 66 % after 50 steps).
         batch.loss_mask = (batch.segment_ids > 0).astype(np.float32)
       state, metrics = step_fn(state, split_minibatches(batch, size, min(c.sft.micro_batch_size, size))[0])
       self.log.log(s + 1, {f"sft/{k}": float(v) for k, v in metrics.items()}, phase="sft")
-    return state.params, len(demos)
+    return state.params
 
   def validate(self, params, iteration: int) -> Dict:
     c = self.c
     sampling = SamplingParams(temperature=c.validation.temperature, top_p=c.rollout.top_p, top_k=c.rollout.top_k)
     records, outcomes, stats = validate(self.val_engine, params, self.panel, c.validation.attempts,
                                         jax.random.fold_in(self.key, 10**6), sampling)
-    summary = evaluation_summary(records, outcomes, ks=(1,))
     metrics = {f"val/{k}": v for k, v in episode_metrics(records).items()}
     metrics["val/time_s"] = stats["env_s"] + stats["generate_s"]
     self.log.log(iteration, metrics, phase="val")
-    return dict(metrics=metrics, outcomes=outcomes, summary=summary)
+    return dict(metrics=metrics, outcomes=outcomes)
 
   def checkpoint(self, state, iteration: int, val: Dict):
     self.pool.save(iteration, {"params": state.params, "opt_state": state.opt_state, "step": state.step},
@@ -183,7 +182,7 @@ def train(c) -> Dict:
   try:
     latest = run.pool.latest_step()
     if latest is None:
-      params, demos = run.sft() if c.sft.steps else (jax.tree.map(jnp.copy, run.init_params), 0)
+      params = run.sft() if c.sft.steps else jax.tree.map(jnp.copy, run.init_params)
       state = init_state(params, run.optimizer, jax.tree.map(jnp.copy, params) if run.use_reference else None,
                          run.mesh, run.model)
       run.checkpoint(state, 0, run.validate(state.params, 0))
