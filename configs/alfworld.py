@@ -24,6 +24,7 @@ def _cpu() -> ml_collections.ConfigDict:
   c.model.preset = "tiny"              # used when model.path is empty (random init)
   c.model.path = ""                    # local HF folder (config.json + *.safetensors + tokenizer)
   c.model.param_dtype = ""
+  c.model.chat_template_kwargs = ml_collections.ConfigDict()  # e.g. enable_thinking=False (Qwen3)
   c.tokenizer_path = ""                # "" -> model.path's tokenizer, else the built-in one
 
   c.env = ml_collections.ConfigDict()
@@ -127,6 +128,8 @@ def _paper(variant: str) -> ml_collections.ConfigDict:
   c.loss.kl_coef = 0.01
   c.loss.entropy_coef = 0.001
   c.optim.learning_rate = 1e-6
+  if variant.startswith("qwen3"):
+    c.model.chat_template_kwargs = ml_collections.ConfigDict({"enable_thinking": False})  # as the verl-agent runs
   c.validation.num_tasks = 128
   c.validation.every = 5
   return c

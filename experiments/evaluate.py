@@ -23,6 +23,7 @@ from agentopd_jax.eval.validate import validate
 from agentopd_jax.models import transformer
 from agentopd_jax.models.loading import load_model_and_tokenizer
 from agentopd_jax.parallel.sharding import make_mesh
+from agentopd_jax.rollout.chat import ChatFormat
 from agentopd_jax.rollout.engine import RolloutConfig, RolloutEngine
 from agentopd_jax.rollout.text_envs import make_text_env
 from agentopd_jax.sampling.sampler import Sampler, SamplingParams
@@ -71,7 +72,8 @@ def main(argv):
   n = len(panel) * attempts
   with VectorEnv(functools.partial(AlfworldEnv, c.env.engine, c.rollout.max_steps), min(c.env.num_workers, n),
                  n) as envs:
-    engine = RolloutEngine(sampler, tokenizer, envs, text_env, config_dataclass(RolloutConfig, c.rollout))
+    engine = RolloutEngine(sampler, tokenizer, envs, text_env, config_dataclass(RolloutConfig, c.rollout),
+                           ChatFormat(tokenizer, c.model.chat_template_kwargs.to_dict()))
     sampling = SamplingParams(temperature=c.validation.temperature, top_p=c.rollout.top_p, top_k=c.rollout.top_k)
     records, outcomes, _ = validate(engine, params, panel, attempts, jax.random.key(c.seed + 1), sampling)
   ks = [int(k) for k in _KS.value if int(k) <= attempts]

@@ -171,3 +171,17 @@ def test_unknown_layout_and_env_are_clear_errors():
     RolloutConfig(layout="episode")
   with pytest.raises(ValueError, match="unknown env"):
     make_text_env("minecraft")
+
+
+def test_chat_template_kwargs_reach_every_turn():
+  """Qwen3's `enable_thinking=False` (verl-agent's setting) shapes the first prompt and every follow-up turn."""
+  tokenizer = builtin_tokenizer()
+  tokenizer.chat_template = (
+      "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+      "{% if add_generation_prompt %}<|im_start|>assistant\n"
+      "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% endif %}{% endif %}")
+  quiet, default = ChatFormat(tokenizer, {"enable_thinking": False}), ChatFormat(tokenizer)
+  assert tokenizer.decode(quiet.prompt_ids("hi")).endswith("assistant\n<think>\n\n</think>\n\n")
+  assert tokenizer.decode(default.prompt_ids("hi")).endswith("assistant\n")
+  assert tokenizer.decode(quiet.turn_ids("obs", reply_ended_with_eos=True)).endswith("<think>\n\n</think>\n\n")
+  assert "<think>" not in tokenizer.decode(default.turn_ids("obs", reply_ended_with_eos=True))

@@ -77,20 +77,24 @@ def load_tokenizer(path: str | os.PathLike):
   return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
 
 
-def render_chat(tokenizer, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True) -> str:
-  """The chat template applied to ``messages``, as text."""
-  return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=add_generation_prompt)
+def render_chat(tokenizer, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True,
+                **template_kwargs) -> str:
+  """The chat template applied to ``messages``, as text. ``template_kwargs`` reach the template (e.g. Qwen3's
+  ``enable_thinking=False``, which the verl-agent runs use)."""
+  return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=add_generation_prompt,
+                                       **template_kwargs)
 
 
 def apply_chat_template(
-  tokenizer, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True
+  tokenizer, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True, **template_kwargs
 ) -> list[int]:
   """The chat template applied to ``messages``, as a plain list of token ids.
 
   transformers v5 returns a BatchEncoding (dict-like) for ``tokenize=True`` where v4 returned
   a list; normalise so callers never see the difference.
   """
-  out = tokenizer.apply_chat_template(list(messages), tokenize=True, add_generation_prompt=add_generation_prompt)
+  out = tokenizer.apply_chat_template(list(messages), tokenize=True, add_generation_prompt=add_generation_prompt,
+                                      **template_kwargs)
   if isinstance(out, Mapping) or hasattr(out, "input_ids"):
     out = out["input_ids"]
   return [int(i) for i in out]

@@ -17,14 +17,17 @@ _PROBE = ("\x00user-probe\x00", "\x00assistant-probe\x00", "\x00next-probe\x00")
 class ChatFormat:
   """Token ids of a first prompt and of follow-up user turns, under `tokenizer`'s chat template."""
 
-  def __init__(self, tokenizer):
+  def __init__(self, tokenizer, template_kwargs=None):
+    """template_kwargs: passed to the chat template on every render (e.g. {"enable_thinking": False} for Qwen3)."""
     self.tokenizer = tokenizer
+    self.template_kwargs = dict(template_kwargs or {})
     self.eos_id = tokenizer.eos_token_id
     if self.eos_id is None:
       raise ValueError("the tokenizer has no eos token; multi-turn rollouts stop each reply on it")
     text = render_chat(tokenizer, [{"role": "user", "content": _PROBE[0]},
                                    {"role": "assistant", "content": _PROBE[1]},
-                                   {"role": "user", "content": _PROBE[2]}], add_generation_prompt=True)
+                                   {"role": "user", "content": _PROBE[2]}], add_generation_prompt=True,
+                       **self.template_kwargs)
     after_reply = text[text.index(_PROBE[1]) + len(_PROBE[1]):]
     self._between = after_reply[:after_reply.index(_PROBE[2])]  # e.g. "<|im_end|>\n<|im_start|>user\n"
     self._after = after_reply[after_reply.index(_PROBE[2]) + len(_PROBE[2]):]  # "<|im_end|>\n<|im_start|>assistant\n"
@@ -34,7 +37,7 @@ class ChatFormat:
 
   def prompt_ids(self, user_text: str) -> List[int]:
     """A fresh conversation with one user message and the generation prompt."""
-    return apply_chat_template(self.tokenizer, [{"role": "user", "content": user_text}])
+    return apply_chat_template(self.tokenizer, [{"role": "user", "content": user_text}], **self.template_kwargs)
 
   def turn_ids(self, user_text: str, reply_ended_with_eos: bool) -> List[int]:
     """Tokens that follow a model reply to open the next user turn and the next assistant reply.

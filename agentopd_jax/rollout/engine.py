@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import jax
 
@@ -75,10 +75,10 @@ class RolloutEngine:
   """
 
   def __init__(self, sampler: Sampler, tokenizer, vector_env, text_env_factory: Callable[[], object],
-               config: RolloutConfig):
+               config: RolloutConfig, chat: Optional[ChatFormat] = None):
     self.sampler, self.tokenizer, self.env = sampler, tokenizer, vector_env
     self.text_env_factory, self.config = text_env_factory, config
-    self.chat = ChatFormat(tokenizer)
+    self.chat = chat or ChatFormat(tokenizer)
 
   def run(self, params, tasks: Sequence, problem_ids: Sequence[str], group_ids: Sequence[int], key: jax.Array,
           sampling: SamplingParams) -> Rollout:

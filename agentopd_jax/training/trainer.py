@@ -83,8 +83,11 @@ class Run:
     n_val = len(self.panel) * c.validation.attempts
     self.train_envs = VectorEnv(env_factory, min(c.env.num_workers, n_train), n_train)
     self.val_envs = VectorEnv(env_factory, min(c.env.num_workers, n_val), n_val)
-    self.train_engine = RolloutEngine(self.sampler, self.tokenizer, self.train_envs, self.text_env, self.rollout_cfg)
-    self.val_engine = RolloutEngine(self.sampler, self.tokenizer, self.val_envs, self.text_env, self.rollout_cfg)
+    self.chat = ChatFormat(self.tokenizer, c.model.chat_template_kwargs.to_dict())
+    self.train_engine = RolloutEngine(self.sampler, self.tokenizer, self.train_envs, self.text_env, self.rollout_cfg,
+                                      self.chat)
+    self.val_engine = RolloutEngine(self.sampler, self.tokenizer, self.val_envs, self.text_env, self.rollout_cfg,
+                                    self.chat)
     self.pool = CheckpointPool(self.workdir / "checkpoints", keep=c.checkpoint.keep or None)
     self.log = MetricsLogger(self.workdir / "logs", use_tensorboard=c.logging.tensorboard)
     self.loss_cfg = config_dataclass(LossConfig, c.loss)
@@ -104,8 +107,7 @@ class Run:
     """Imitation of expert demonstrations through the same train step: NLL on the replies, or on every token with
     `sft.train_on_prompt`."""
     c = self.c
-    chat = ChatFormat(self.tokenizer)
-    demos = demonstration_samples(AlfworldEnv(c.env.engine), self.text_env, chat,
+    demos = demonstration_samples(AlfworldEnv(c.env.engine), self.text_env, self.chat,
                                   self.train_games[:c.sft.demos],
                                   functools.partial(data.expert_actions, expert=c.sft.expert), c.rollout.layout)
     optimizer = make_optimizer(OptimConfig(learning_rate=c.sft.learning_rate, warmup_steps=c.sft.warmup_steps,
