@@ -3,6 +3,7 @@
 The resume test kills a real training process (SIGKILL, no clean-up) after its first GRPO checkpoint, restarts
 the same command, and checks the parameters at the final step equal an uninterrupted run's to 1e-6.
 """
+import json
 import os
 import signal
 import subprocess
@@ -138,3 +139,14 @@ def test_hf_folder_and_trajectory_layout(tmp_path, games_root):
   train = [r for r in read_metrics(os.path.join(workdir, "logs")) if r["phase"] == "train"]
   assert train[0]["batch/samples"] == 8  # one sample per episode: 2 tasks x group 4
   assert abs(train[0]["rollout/logprob_drift"]) < 1e-4 and train[0]["actor/kl"] >= 0.0
+
+
+def test_evaluate_cli_reports_a_checkpoint(uninterrupted, games_root):
+  cmd = [sys.executable, os.path.join(ROOT, "experiments", "evaluate.py"),
+         f"--config={os.path.join(ROOT, 'configs', 'alfworld.py')}"] + _flags(uninterrupted, games_root) + [
+      "--step=best", "--attempts=2", "--ks=1,2"]
+  out = _finish(subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+  report = json.loads(open(os.path.join(uninterrupted, "eval", "eval.json")).read())
+  assert report["episodes"] == 16 and report["problems"] == 8 and set(report["pass_at_k"]) == {"pass@1", "pass@2"}
+  assert "| Task type |" in open(os.path.join(uninterrupted, "eval", "eval.md")).read()
+  assert '"success_rate"' in out
