@@ -7,7 +7,6 @@
 Reports success overall and per task type, mean reward, valid-action ratio, episode length and pass@k (k <= the
 attempts per problem), using the config's validation sampling (temperature) on its fixed panel.
 """
-import functools
 import json
 import os
 
@@ -16,20 +15,14 @@ from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
-from agentopd_jax.envs.alfworld.env import AlfworldEnv
-from agentopd_jax.envs.vector import VectorEnv
 from agentopd_jax.eval.report import evaluation_summary, write_report
 from agentopd_jax.eval.validate import validate
 from agentopd_jax.models import transformer
 from agentopd_jax.models.loading import load_model_and_tokenizer
 from agentopd_jax.parallel.sharding import make_mesh
-from agentopd_jax.rollout.chat import ChatFormat
-from agentopd_jax.rollout.engine import RolloutConfig, RolloutEngine
-from agentopd_jax.rollout.text_envs import make_text_env
-from agentopd_jax.sampling.sampler import Sampler, SamplingParams
 from agentopd_jax.training import data
 from agentopd_jax.training.checkpoints import CheckpointPool
-from agentopd_jax.training.trainer import config_dataclass
+from agentopd_jax.training.trainer import rollout_engine, validation_key, validation_sampling
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/alfworld.py", "Run config.", lock_config=True)
 _STEP = flags.DEFINE_string("step", "best", "checkpoint step of config.workdir: an integer, 'best' or 'latest'")
@@ -65,17 +58,11 @@ def main(argv):
   attempts = _ATTEMPTS.value or c.validation.attempts
   _, valid_games = data.alfworld_games(c.env, c.seed)
   panel = valid_games[:c.validation.num_tasks]
-  text_env = functools.partial(make_text_env, c.env.name, history_length=c.env.history_length,
-                               compact=c.env.compact_prompt, flavor=c.env.prompt_flavor,
-                               invalid_penalty=c.env.invalid_penalty)
-  sampler = Sampler(config, tokenizer, pad_id=tokenizer.pad_token_id or 0, mesh=mesh)
-  n = len(panel) * attempts
-  with VectorEnv(functools.partial(AlfworldEnv, c.env.engine, c.rollout.max_steps), min(c.env.num_workers, n),
-                 n) as envs:
-    engine = RolloutEngine(sampler, tokenizer, envs, text_env, config_dataclass(RolloutConfig, c.rollout),
-                           ChatFormat(tokenizer, c.model.chat_template_kwargs.to_dict()))
-    sampling = SamplingParams(temperature=c.validation.temperature, top_p=c.rollout.top_p, top_k=c.rollout.top_k)
-    records, outcomes, _ = validate(engine, params, panel, attempts, jax.random.key(c.seed + 1), sampling)
+  engine = rollout_engine(c, config, tokenizer, mesh, len(panel) * attempts)
+  try:
+    records, outcomes, _ = validate(engine, params, panel, attempts, validation_key(c), validation_sampling(c))
+  finally:
+    engine.env.close()
   ks = [int(k) for k in _KS.value if int(k) <= attempts]
   summary = evaluation_summary(records, outcomes, ks=ks)
   summary["evaluated"] = label

@@ -150,3 +150,18 @@ def test_evaluate_cli_reports_a_checkpoint(uninterrupted, games_root):
   assert report["episodes"] == 16 and report["problems"] == 8 and set(report["pass_at_k"]) == {"pass@1", "pass@2"}
   assert "| Task type |" in open(os.path.join(uninterrupted, "eval", "eval.md")).read()
   assert '"success_rate"' in out
+
+
+def test_evaluate_reproduces_the_training_validation(uninterrupted, games_root):
+  """Same panel, sampling and key as the run's own validation: evaluating a checkpoint re-plays its recorded result."""
+  out_dir = os.path.join(uninterrupted, "eval_repro")
+  cmd = [sys.executable, os.path.join(ROOT, "experiments", "evaluate.py"),
+         f"--config={os.path.join(ROOT, 'configs', 'alfworld.py')}"] + _flags(uninterrupted, games_root) + [
+      f"--step={ITERATIONS}", "--attempts=1", f"--out={out_dir}"]
+  _finish(subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+  report = json.loads(open(os.path.join(out_dir, "eval.json")).read())
+  with CheckpointPool(os.path.join(uninterrupted, "checkpoints"), read_only=True) as pool:
+    recorded = pool.metadata(ITERATIONS)
+  assert report["success_rate"] == recorded["metrics"]["val/success_rate"]
+  assert report["valid_action_ratio"] == pytest.approx(recorded["metrics"]["val/valid_action_ratio"])
+  assert report["length_mean"] == pytest.approx(recorded["metrics"]["val/length/mean"])

@@ -45,6 +45,7 @@ from agentopd_jax.training.train_step import (OptimConfig, init_state, make_opti
 logger = logging.getLogger(__name__)
 RANDOM_INIT_PRESETS = ("tiny", "small")  # CPU-sized models trained from scratch; larger ones load a checkpoint
 PAD_MULTIPLE = 128  # sequence-length bucket of training batches: bounds recompilation as lengths vary
+VALIDATION_STREAM = 10**6  # fold_in index of the validation key; GRPO iteration i uses index i
 
 
 def config_dataclass(cls, cfg, **extra):
@@ -55,6 +56,27 @@ def config_dataclass(cls, cfg, **extra):
 
 def _mean_metrics(rows: List[Dict[str, float]]) -> Dict[str, float]:
   return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]} if rows else {}
+
+
+def rollout_engine(c, model, tokenizer, mesh, num_envs: int) -> RolloutEngine:
+  """The configured env, prompts and sampler over `num_envs` env workers (close with `engine.env.close()`)."""
+  text_env = functools.partial(make_text_env, c.env.name, history_length=c.env.history_length,
+                               compact=c.env.compact_prompt, flavor=c.env.prompt_flavor,
+                               invalid_penalty=c.env.invalid_penalty)
+  envs = VectorEnv(functools.partial(AlfworldEnv, c.env.engine, c.rollout.max_steps),
+                   min(c.env.num_workers, num_envs), num_envs)
+  sampler = Sampler(model, tokenizer, pad_id=tokenizer.pad_token_id or 0, mesh=mesh)
+  return RolloutEngine(sampler, tokenizer, envs, text_env, config_dataclass(RolloutConfig, c.rollout),
+                       ChatFormat(tokenizer, c.model.chat_template_kwargs.to_dict()))
+
+
+def validation_sampling(c) -> SamplingParams:
+  return SamplingParams(temperature=c.validation.temperature, top_p=c.rollout.top_p, top_k=c.rollout.top_k)
+
+
+def validation_key(c) -> jax.Array:
+  """One key for every validation of a run (and for `evaluate.py`), so checkpoints face the same random numbers."""
+  return jax.random.fold_in(jax.random.key(c.seed), VALIDATION_STREAM)
 
 
 class Run:
@@ -73,21 +95,10 @@ class Run:
                                                                             self.mesh)
     self.train_games, valid_games = data.alfworld_games(c.env, c.seed)
     self.panel = valid_games[:c.validation.num_tasks]
-    self.text_env = functools.partial(make_text_env, c.env.name, history_length=c.env.history_length,
-                                      compact=c.env.compact_prompt, flavor=c.env.prompt_flavor,
-                                      invalid_penalty=c.env.invalid_penalty)
-    self.sampler = Sampler(self.model, self.tokenizer, pad_id=self.tokenizer.pad_token_id or 0, mesh=self.mesh)
-    self.rollout_cfg = config_dataclass(RolloutConfig, c.rollout)
-    env_factory = functools.partial(AlfworldEnv, c.env.engine, c.rollout.max_steps)
     n_train = c.grpo.tasks_per_iteration * c.grpo.group_size
-    n_val = len(self.panel) * c.validation.attempts
-    self.train_envs = VectorEnv(env_factory, min(c.env.num_workers, n_train), n_train)
-    self.val_envs = VectorEnv(env_factory, min(c.env.num_workers, n_val), n_val)
-    self.chat = ChatFormat(self.tokenizer, c.model.chat_template_kwargs.to_dict())
-    self.train_engine = RolloutEngine(self.sampler, self.tokenizer, self.train_envs, self.text_env, self.rollout_cfg,
-                                      self.chat)
-    self.val_engine = RolloutEngine(self.sampler, self.tokenizer, self.val_envs, self.text_env, self.rollout_cfg,
-                                    self.chat)
+    self.train_engine = rollout_engine(c, self.model, self.tokenizer, self.mesh, n_train)
+    self.val_engine = rollout_engine(c, self.model, self.tokenizer, self.mesh,
+                                     len(self.panel) * c.validation.attempts)
     self.pool = CheckpointPool(self.workdir / "checkpoints", keep=c.checkpoint.keep or None)
     self.log = MetricsLogger(self.workdir / "logs", use_tensorboard=c.logging.tensorboard)
     self.loss_cfg = config_dataclass(LossConfig, c.loss)
@@ -97,8 +108,8 @@ class Run:
     self.key = jax.random.key(c.seed)
 
   def close(self):
-    self.train_envs.close()
-    self.val_envs.close()
+    self.train_engine.env.close()
+    self.val_engine.env.close()
     self.log.close()
     self.pool.close()
 
@@ -107,7 +118,8 @@ class Run:
     """Imitation of expert demonstrations through the same train step: NLL on the replies, or on every token with
     `sft.train_on_prompt`."""
     c = self.c
-    demos = demonstration_samples(AlfworldEnv(c.env.engine), self.text_env, self.chat,
+    engine = self.train_engine
+    demos = demonstration_samples(AlfworldEnv(c.env.engine), engine.text_env_factory, engine.chat,
                                   self.train_games[:c.sft.demos],
                                   functools.partial(data.expert_actions, expert=c.sft.expert), c.rollout.layout)
     optimizer = make_optimizer(OptimConfig(learning_rate=c.sft.learning_rate, warmup_steps=c.sft.warmup_steps,
@@ -129,9 +141,8 @@ class Run:
 
   def validate(self, params, iteration: int) -> Dict:
     c = self.c
-    sampling = SamplingParams(temperature=c.validation.temperature, top_p=c.rollout.top_p, top_k=c.rollout.top_k)
     records, outcomes, stats = validate(self.val_engine, params, self.panel, c.validation.attempts,
-                                        jax.random.fold_in(self.key, 10**6), sampling)
+                                        validation_key(c), validation_sampling(c))
     metrics = {f"val/{k}": v for k, v in episode_metrics(records).items()}
     metrics["val/time_s"] = stats["env_s"] + stats["generate_s"]
     self.log.log(iteration, metrics, phase="val")
