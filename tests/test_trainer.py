@@ -165,3 +165,15 @@ def test_evaluate_reproduces_the_training_validation(uninterrupted, games_root):
   assert report["success_rate"] == recorded["metrics"]["val/success_rate"]
   assert report["valid_action_ratio"] == pytest.approx(recorded["metrics"]["val/valid_action_ratio"])
   assert report["length_mean"] == pytest.approx(recorded["metrics"]["val/length/mean"])
+
+
+def test_seed_report_reads_finished_runs(uninterrupted):
+  out = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "seed_report.py"), uninterrupted,
+                        uninterrupted], cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert out.returncode == 0, out.stderr[-2000:]
+  report = json.loads(out.stdout.strip().splitlines()[-1])
+  with CheckpointPool(os.path.join(uninterrupted, "checkpoints"), read_only=True) as pool:
+    start = pool.metadata(0)["metrics"]["val/success_rate"]
+    final = pool.metadata(ITERATIONS)["metrics"]["val/success_rate"]
+  assert [r["sft"] for r in report["runs"]] == [start, start] and report["runs"][0]["final"] == final
+  assert report["mean_std"]["lift"] == [pytest.approx(final - start), 0.0]
