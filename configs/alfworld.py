@@ -62,6 +62,7 @@ def _cpu() -> ml_collections.ConfigDict:
   c.sft.learning_rate = 2e-3
   c.sft.warmup_steps = 10
   c.sft.train_on_prompt = True         # loss on every token of a demonstration, not only on the replies
+  c.sft.reply_weight = 1.0             # with train_on_prompt: loss weight of reply tokens relative to the rest
   c.sft.expert = "planner"             # "planner" (knows where objects are) or "explorer" (searches; imitable)
 
   c.grpo = ml_collections.ConfigDict()

@@ -245,6 +245,17 @@ def test_sft_nll():
   np.testing.assert_allclose(sft_nll(jnp.array([[-0.5, -2.0]]), jnp.array([[0.0, 1.0]])), [[0.0, 2.0]])
 
 
+def test_weighted_mask_applies_each_weight_once():
+  # Up-weighted replies (SFT `reply_weight`): weights [0, 1, 4] on NLLs [0.5, 2, 1] -> (1·2 + 4·1) / (1 + 4) = 1.2.
+  logprobs, weights = jnp.array([[-0.5, -2.0, -1.0]]), jnp.array([[0.0, 1.0, 4.0]])
+  np.testing.assert_allclose(sft_nll(logprobs, weights), [[0.0, 2.0, 1.0]])
+  np.testing.assert_allclose(agg_loss(sft_nll(logprobs, weights), weights, "token-mean", normalizer_for(weights)), 1.2,
+                             rtol=1e-6)
+  # The PPO terms are likewise zeroed off the mask, not weighted: with ρ = 1 and A = 1 every token's loss is −1.
+  terms = ppo_dual_clip_loss(logprobs, logprobs, jnp.ones((1, 3)), weights, 0.2, 0.2, 3.0)
+  np.testing.assert_allclose(terms.loss, [[0.0, -1.0, -1.0]])
+
+
 # ---------------------------------------------------------------- registry
 
 

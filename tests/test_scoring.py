@@ -61,6 +61,18 @@ def test_fused_equals_three_separate_forwards(three_params, batch):
     assert np.all(np.asarray(arr)[mask == 0] == 0)
 
 
+def test_weighted_loss_mask_scores_like_its_indicator(three_params, batch):
+  # A weighted mask (SFT's up-weighted replies) selects the same tokens; its weights belong to the loss, not here.
+  policy, reference, teacher = three_params
+  fn = make_score_fn(CONFIG, ScoreConfig(teacher="params", top_k=4, vocab_chunk=CHUNK))
+  weighted = batch.loss_mask * jnp.where(jnp.arange(batch.tokens.shape[1]) % 2 == 0, 7.0, 0.5)
+  plain = fn(policy, reference, teacher, batch)
+  got = fn(policy, reference, teacher, ScoreBatch(tokens=batch.tokens, segment_ids=batch.segment_ids, loss_mask=weighted))
+  for name in ("policy_logprobs", "reference_logprobs", "teacher_logprobs", "policy_entropy", "policy_topk_ids",
+               "policy_topk_logprobs", "teacher_topk_logprobs"):
+    np.testing.assert_array_equal(getattr(got, name), getattr(plain, name), err_msg=name)
+
+
 def test_topk_ids_and_teacher_gather(three_params, batch):
   policy, _, teacher = three_params
   out = make_score_fn(CONFIG, ScoreConfig(reference=False, teacher="params", top_k=16, vocab_chunk=CHUNK))(

@@ -90,7 +90,9 @@ def ppo_dual_clip_loss(logprobs: jnp.ndarray, old_logprobs: jnp.ndarray, advanta
   loss = jnp.where(negative, jnp.minimum(clip1, pg3), clip1)
   clipped = (pg2 > pg1).astype(m.dtype)
   dual_clipped = ((clip1 > pg3) & negative).astype(m.dtype)
-  return PolicyLossTerms(loss=loss * m, clipped=clipped * m, dual_clipped=dual_clipped * m, approx_kl=-log_ratio * m)
+  on = (m > 0).astype(m.dtype)  # zero off the mask only: `agg_loss` applies a weighted mask's weights, once
+  return PolicyLossTerms(loss=loss * on, clipped=clipped * on, dual_clipped=dual_clipped * on,
+                         approx_kl=-log_ratio * on)
 
 
 def kl_penalty(logprobs: jnp.ndarray, ref_logprobs: jnp.ndarray, kind: str) -> jnp.ndarray:
@@ -117,7 +119,10 @@ def kl_penalty(logprobs: jnp.ndarray, ref_logprobs: jnp.ndarray, kind: str) -> j
 
 
 def sft_nll(logprobs: jnp.ndarray, mask: jnp.ndarray) -> jnp.ndarray:
-  """Per-token negative log-likelihood −log π_θ(y_t)·m_t (supervised warm start on demonstrations)."""
+  """Per-token negative log-likelihood −log π_θ(y_t)·[m_t > 0] (supervised warm start on demonstrations).
+
+  Zero off the mask but not weighted: a weighted mask (e.g. up-weighted replies) applies its weights in `agg_loss`.
+  """
   chex.assert_rank([logprobs, mask], 2)
   chex.assert_equal_shape([logprobs, mask])
-  return -logprobs * mask.astype(logprobs.dtype)
+  return jnp.where(mask > 0, -logprobs, 0.0)

@@ -86,7 +86,8 @@ def score(config: ModelConfig, score_config: ScoreConfig, policy_params, referen
   chex.assert_equal_shape([batch.tokens, batch.segment_ids, batch.loss_mask])
   tokens = batch.tokens
   targets = tokens[:, 1:]
-  mask = batch.loss_mask.astype(jnp.float32).at[:, 0].set(0.0)
+  # An indicator, not the mask's values: a weighted loss mask applies its weights once, in the loss aggregation.
+  mask = (batch.loss_mask > 0).astype(jnp.float32).at[:, 0].set(0.0)
   stats_kw = dict(chunk=sc.vocab_chunk, temperature=sc.temperature, compute_dtype=config.compute_dtype)
 
   def hidden_of(params, toks, seg, pos):

@@ -134,7 +134,9 @@ class Run:
       if c.sft.train_on_prompt:
         # Language modelling on the whole demonstration (env text included): a from-scratch model gets ~30x more
         # supervised tokens for the same compute (docs/results.md: valid replies 0 -> 66 % after 50 steps).
-        batch.loss_mask = (batch.segment_ids > 0).astype(np.float32)
+        # The replies are ~4 % of those tokens, so they are up-weighted (`sft.reply_weight`) to keep the action
+        # choice, where the copying from context must happen, a sizeable share of the loss.
+        batch.loss_mask = ((batch.segment_ids > 0) + (c.sft.reply_weight - 1.0) * batch.loss_mask).astype(np.float32)
       state, metrics = step_fn(state, split_minibatches(batch, size, min(c.sft.micro_batch_size, size))[0])
       self.log.log(s + 1, {f"sft/{k}": float(v) for k, v in metrics.items()}, phase="sft")
     return state.params
