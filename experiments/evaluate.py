@@ -10,19 +10,16 @@ attempts per problem), using the config's validation sampling (temperature) on i
 import json
 import os
 
-import jax
 from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
 from agentopd_jax.eval.report import evaluation_summary, write_report
 from agentopd_jax.eval.validate import validate
-from agentopd_jax.models import transformer
 from agentopd_jax.models.loading import load_model_and_tokenizer
 from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.training import data
-from agentopd_jax.training.checkpoints import CheckpointPool
-from agentopd_jax.training.trainer import rollout_engine, validation_key, validation_sampling
+from agentopd_jax.training.trainer import checkpoint_policy, rollout_engine, validation_key, validation_sampling
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/alfworld.py", "Run config.", lock_config=True)
 _STEP = flags.DEFINE_string("step", "best", "checkpoint step of config.workdir: an integer, 'best' or 'latest'")
@@ -39,14 +36,8 @@ def _params(c, mesh):
       c.model.path = _HF_PATH.value
     config, params, tokenizer = load_model_and_tokenizer(c.model, c.tokenizer_path, c.seed, mesh)
     return config, params, tokenizer, _HF_PATH.value
-  config, _, tokenizer = load_model_and_tokenizer(c.model, c.tokenizer_path, c.seed, mesh)
-  pool = CheckpointPool(os.path.join(c.workdir, "checkpoints"), read_only=True)
-  step = {"best": pool.best_step, "latest": pool.latest_step}.get(_STEP.value, lambda: int(_STEP.value))()
-  if step is None:
-    raise ValueError(f"no {_STEP.value} checkpoint in {pool.directory}")
-  abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-                          transformer.abstract_params(config), transformer.param_shardings(config, mesh))
-  return config, pool.restore_params(step, abstract), tokenizer, f"{c.workdir} step {step}"
+  config, params, tokenizer, step = checkpoint_policy(c, _STEP.value, mesh)
+  return config, params, tokenizer, f"{c.workdir} step {step}"
 
 
 def main(argv):

@@ -184,3 +184,21 @@ def test_task_type_and_scene_filters(tmp_path):
   assert data.game_files("train", str(tmp_path)) == sorted(paths["train"])
   with pytest.raises(ValueError, match="among \\[225\\]"):
     generator.make_game("train", 10, 0, task_types=("pick_heat_then_place_in_recep",), scene_numbers=(225,))
+
+
+def test_distractor_types_size_the_room():
+  """distractor_types bounds the other object types in a game; the default keeps the benchmark's games unchanged."""
+  import re
+
+  def object_types(game):
+    return set(re.findall(r"\(objectType \S+ (\w+)Type\)", game.problem))
+
+  for i in range(30):
+    args = ("train", 30, i, 0, ("pick_and_place_simple",), (225,))
+    sparse = generator.make_game(*args, distractor_types=(0, 0))
+    lamps = {"DeskLamp", "FloorLamp"}
+    assert object_types(sparse) - lamps == {sparse.task.obj}  # only the target (and maybe a lamp) is in the room
+    assert 1 <= len(object_types(generator.make_game(*args, distractor_types=(1, 2))) - lamps - {sparse.task.obj}) <= 2
+    assert generator.make_game(*args) == generator.make_game(*args, distractor_types=generator.DISTRACTOR_TYPES)
+  with pytest.raises(ValueError, match="distractor_types"):
+    generator.generate("/nonexistent", {"train": 1}, distractor_types=(3, 1))

@@ -316,7 +316,7 @@ def tok(tmp_path_factory):
 @pytest.fixture(scope="module")
 def e2e(tok):
   cfg = preset("tiny", num_layers=1)
-  assert cfg.vocab_size == len(tok) == 1024
+  assert cfg.vocab_size == len(tok) == 2048
   params = random_params(cfg)
   sampler = Sampler(cfg, tokenizer=tok)
   prompts = [tok.encode(t, add_special_tokens=False) for t in PROMPT_TEXTS]

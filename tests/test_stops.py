@@ -16,7 +16,7 @@ from agentopd_jax.models.tokenizer import builtin_tokenizer
 from agentopd_jax.sampling import stops as stops_lib
 from agentopd_jax.sampling.stops import stop_tables, token_bytes
 
-VOCAB = 1024
+VOCAB = 2048
 FIXED_STOPS = ("</action>", "</search>", "</answer>", "\n", "ab", "<|im_end|>")
 # Texts mixing the agent-environment style the tokenizer was trained on with non-ASCII and special-token text.
 TEXT_PIECES = list("abn </>actiosearwh\n<|im_end|>.,'ö北京東é") + ["\u2011", "🙂", "ß", " the ", "<|im_end|>", "</action>"]

@@ -7,6 +7,10 @@ import pytest
 
 from agentopd_jax.models import tokenizer as tokmod
 from agentopd_jax.models.tokenizer import (
+  ALFWORLD_COMMAND_WORDS,
+  ALFWORLD_OBJECTS,
+  ALFWORLD_RECEPTACLES,
+  BUILTIN_VOCAB_SIZE,
   IM_END,
   IM_START,
   PAD_TOKEN,
@@ -47,7 +51,7 @@ def test_build_is_deterministic(built, tmp_path):
   out, tok = built
   build_tokenizer(tmp_path / "again")
   assert (tmp_path / "again" / "tokenizer.json").read_bytes() == (out / "tokenizer.json").read_bytes()
-  assert len(tok) == 1024  # the default corpus is rich enough to fill the requested vocab
+  assert len(tok) == BUILTIN_VOCAB_SIZE  # the default corpus is rich enough to fill the requested vocab
 
 
 def test_saved_folder_round_trips_through_autotokenizer(built):
@@ -86,6 +90,13 @@ def test_bpe_learned_environment_words(built):
   assert len(tok.encode(" countertop", add_special_tokens=False)) == 1
   text = "You arrive at countertop 1. On the countertop 1, you see nothing."
   assert len(tok.encode(text, add_special_tokens=False)) < len(text.encode()) / 2.5
+  # Every ALFWorld name and command word is one token wherever it occurs (after a space, a quote or a tag), so a
+  # small model copies and compares whole names.
+  for word in ALFWORLD_RECEPTACLES + ALFWORLD_OBJECTS + ALFWORLD_COMMAND_WORDS:
+    assert len(tok.encode(" " + word, add_special_tokens=False)) == 1, word
+  for word in ALFWORLD_COMMAND_WORDS:
+    assert tok.encode("<action>" + word, add_special_tokens=False)[-1:] == tok.encode(word, add_special_tokens=False)
+    assert len(tok.encode(word, add_special_tokens=False)) == 1, word
 
 
 def test_special_tokens(built):
@@ -156,10 +167,10 @@ def test_load_tokenizer_missing(tmp_path):
 
 def test_builtin_tokenizer_dir_honours_env(monkeypatch, tmp_path):
   monkeypatch.setenv("AGENTOPD_CACHE", str(tmp_path / "cache"))
-  assert builtin_tokenizer_dir(vocab_size=512) == tmp_path / "cache" / "tokenizer-v1-512"
-  assert builtin_tokenizer_dir(tmp_path / "x", 64) == tmp_path / "x" / "tokenizer-v1-64"
+  assert builtin_tokenizer_dir(vocab_size=512) == tmp_path / "cache" / "tokenizer-v2-512"
+  assert builtin_tokenizer_dir(tmp_path / "x", 64) == tmp_path / "x" / "tokenizer-v2-64"
   monkeypatch.delenv("AGENTOPD_CACHE")
-  assert builtin_tokenizer_dir() == Path("~/.cache/agentopd_jax/tokenizer-v1-1024").expanduser()
+  assert builtin_tokenizer_dir() == Path("~/.cache/agentopd_jax/tokenizer-v2-2048").expanduser()
 
 
 def test_builtin_tokenizer_builds_once(monkeypatch, tmp_path):

@@ -38,7 +38,8 @@ def _flags(workdir, games_root):
       "sft.steps": 2, "sft.demos": 4, "sft.batch_size": 8, "sft.micro_batch_size": 8,
       "grpo.iterations": ITERATIONS, "grpo.tasks_per_iteration": 2, "grpo.group_size": 4,
       "grpo.mini_batch_size": 16, "grpo.micro_batch_size": 8, "rollout.max_steps": 3,
-      "rollout.max_response_tokens": 8, "validation.num_tasks": 8, "validation.every": 1,
+      "rollout.max_response_tokens": 8, "validation.num_tasks": 8, "validation.attempts": 1,
+      "validation.every": 1,
       "loss.kl_coef": 0.01, "loss.entropy_coef": 0.001, "logging.plot": False,
   }
   return [f"--config.{k}={v}" for k, v in overrides.items()]
@@ -118,11 +119,11 @@ def test_hf_folder_and_trajectory_layout(tmp_path, games_root):
   import torch
   import transformers as tf
 
-  from agentopd_jax.models.tokenizer import builtin_tokenizer
+  from agentopd_jax.models.tokenizer import BUILTIN_VOCAB_SIZE, builtin_tokenizer
 
   torch.manual_seed(0)
   folder = tmp_path / "hf_qwen2"
-  model = tf.Qwen2ForCausalLM(tf.Qwen2Config(vocab_size=1024, hidden_size=64, intermediate_size=128,
+  model = tf.Qwen2ForCausalLM(tf.Qwen2Config(vocab_size=BUILTIN_VOCAB_SIZE, hidden_size=64, intermediate_size=128,
                                              num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                                              max_position_embeddings=4096, tie_word_embeddings=True))
   model.save_pretrained(folder)
@@ -165,6 +166,16 @@ def test_evaluate_reproduces_the_training_validation(uninterrupted, games_root):
   assert report["success_rate"] == recorded["metrics"]["val/success_rate"]
   assert report["valid_action_ratio"] == pytest.approx(recorded["metrics"]["val/valid_action_ratio"])
   assert report["length_mean"] == pytest.approx(recorded["metrics"]["val/length/mean"])
+
+
+def test_probe_cli_reads_a_checkpoint(uninterrupted, games_root):
+  cmd = [sys.executable, os.path.join(ROOT, "experiments", "probe_demos.py"),
+         f"--config={os.path.join(ROOT, 'configs', 'alfworld.py')}"] + _flags(uninterrupted, games_root) + [
+      "--step=latest", "--games=3"]
+  out = _finish(subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
+  report = json.loads(out[out.index("{"):])
+  assert report["step"] == ITERATIONS and report["expert"] == "explorer"
+  assert report["verbs"] and all(0.0 <= v["verb_probability"] <= 1.0 for v in report["verbs"].values())
 
 
 def test_seed_report_reads_finished_runs(uninterrupted):

@@ -187,9 +187,9 @@ def _qwen3(**kw):
 
 
 # Shapes of the public checkpoints (for random-init benchmarks and as a check when loading real weights),
-# plus CPU-sized models. `tiny` pairs with the built-in tokenizer (vocab 1024).
+# plus CPU-sized models. `tiny` pairs with the built-in tokenizer (vocab 2048).
 PRESETS = {
-    "tiny": lambda: ModelConfig(family="qwen2", vocab_size=1024, hidden_size=256, intermediate_size=704,
+    "tiny": lambda: ModelConfig(family="qwen2", vocab_size=2048, hidden_size=256, intermediate_size=704,
                                 num_layers=4, num_heads=4, num_kv_heads=2, head_dim=64, rope_theta=1e4,
                                 qkv_bias=True, tie_embeddings=True, max_position_embeddings=4096),
     # ~36 M params: the mid-size model of the CPU benchmarks.

@@ -50,7 +50,9 @@ QWEN_CHAT_TEMPLATE = (
 )
 
 # Bump when the corpus or training recipe changes so stale cached tokenizers are not reused.
-BUILTIN_VERSION = "v1"
+BUILTIN_VERSION = "v2"
+# Room for every environment name and command word as one token next to the chat, WebShop and search vocabulary.
+BUILTIN_VOCAB_SIZE = 2048
 
 # Files whose presence marks a folder as holding a Hugging Face tokenizer.
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -129,6 +131,9 @@ ALFWORLD_OBJECTS = (
     "soapbar", "soapbottle", "spatula", "spoon", "spraybottle", "statue", "tennisracket", "tissuebox", "toiletpaper",
     "toiletpaperroll", "tomato", "towel", "vase", "watch", "wateringcan", "winebottle",
 )  # fmt: skip
+ALFWORLD_COMMAND_WORDS = ("go", "to", "take", "from", "move", "put", "in", "on", "open", "close", "use", "examine",
+                          "heat", "cool", "clean", "with", "look", "inventory", "toggle")
+NAME_REPEATS = 60
 _OPENABLE = ("fridge", "cabinet", "microwave", "drawer", "safe")
 _GOALS = (
     "put a {o} in {r}.", "put some {o} on {r}.", "look at {o} under the desklamp.",
@@ -319,8 +324,12 @@ def default_corpus(seed: int = 0) -> list[str]:
   """
   rng = random.Random(seed)
   texts: list[str] = []
-  # Every name alone and numbered, so each one is seen even if no episode draws it.
-  texts += [f"{n} {i}" for n in ALFWORLD_RECEPTACLES + ALFWORLD_OBJECTS for i in (1, 2, 3)]
+  # Every name alone and numbered, so each one is seen even if no episode draws it; repeated so that BPE merges each
+  # name and command word into one token (" book", "take"): a small model trained from scratch then matches and copies
+  # whole names between the task, the observation and the admissible actions, instead of pieces like " b" + "ook".
+  names = " ".join(f"a {n} 1, a {n} 2," for n in ALFWORLD_RECEPTACLES + ALFWORLD_OBJECTS)
+  commands = " ".join(f"'{v} {v} <action>{v}" for v in ALFWORLD_COMMAND_WORDS)
+  texts += [names, commands] * NAME_REPEATS
   # Chat-structure words and tags as they appear around special tokens.
   texts += ["system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.", "user\n", "assistant\n"]
   texts += ["<think> </think>", "<action> </action>", "<search> </search>", "<answer> </answer>",
@@ -339,7 +348,8 @@ def default_corpus(seed: int = 0) -> list[str]:
 # --------------------------------------------------------------------------------------------
 
 
-def build_tokenizer(out_dir: str | os.PathLike, texts: Sequence[str] | None = None, vocab_size: int = 1024):
+def build_tokenizer(out_dir: str | os.PathLike, texts: Sequence[str] | None = None,
+                    vocab_size: int = BUILTIN_VOCAB_SIZE):
   """Train a byte-level BPE tokenizer on ``texts``, save it in HF format to ``out_dir``, reload it.
 
   Returns the tokenizer as ``load_tokenizer(out_dir)`` gives it, so callers test exactly what
@@ -379,7 +389,7 @@ def build_tokenizer(out_dir: str | os.PathLike, texts: Sequence[str] | None = No
   return load_tokenizer(out)
 
 
-def builtin_tokenizer_dir(cache_dir: str | os.PathLike | None = None, vocab_size: int = 1024) -> Path:
+def builtin_tokenizer_dir(cache_dir: str | os.PathLike | None = None, vocab_size: int = BUILTIN_VOCAB_SIZE) -> Path:
   """Folder the built-in tokenizer lives in: ``<cache root>/tokenizer-<version>-<vocab_size>``.
 
   The cache root is ``cache_dir``, else ``$AGENTOPD_CACHE``, else ``~/.cache/agentopd_jax``.
@@ -388,7 +398,7 @@ def builtin_tokenizer_dir(cache_dir: str | os.PathLike | None = None, vocab_size
   return Path(root).expanduser() / f"tokenizer-{BUILTIN_VERSION}-{vocab_size}"
 
 
-def builtin_tokenizer(cache_dir: str | os.PathLike | None = None, vocab_size: int = 1024):
+def builtin_tokenizer(cache_dir: str | os.PathLike | None = None, vocab_size: int = BUILTIN_VOCAB_SIZE):
   """The built-in tokenizer, trained on ``default_corpus()`` once and then loaded from the cache."""
   final = builtin_tokenizer_dir(cache_dir, vocab_size)
   if not final.is_dir():

@@ -30,14 +30,17 @@ def alfworld_games(env_cfg, seed: int) -> Tuple[List[str], List[str]]:
   root = env_cfg.data_root
   if not root:
     scene_numbers = tuple(env_cfg.generate_scenes) or None
+    distractors = tuple(env_cfg.generate_distractors)
     spec = json.dumps([seed, env_cfg.train_split, env_cfg.generate_train, env_cfg.valid_split, env_cfg.generate_valid,
-                       sorted(env_cfg.task_types), scene_numbers])
+                       sorted(env_cfg.task_types), scene_numbers]
+                      + ([list(distractors)] if distractors != generator.DISTRACTOR_TYPES else []))
     root = str(cache_dir() / "alfworld_generated" / hashlib.sha1(spec.encode()).hexdigest()[:12])
     done = Path(root) / "COMPLETE"
     if not done.exists():  # the marker is written last, so an interrupted generation is redone, not half-used
       generator.generate(root, {env_cfg.train_split: env_cfg.generate_train,
                                 env_cfg.valid_split: env_cfg.generate_valid}, seed=seed,
-                         task_types=tuple(env_cfg.task_types), scene_numbers=scene_numbers)
+                         task_types=tuple(env_cfg.task_types), scene_numbers=scene_numbers,
+                         distractor_types=distractors)
       done.write_text(spec + "\n")
   elif not os.path.isdir(root):
     raise FileNotFoundError(f"env.data_root: no such folder {root}")

@@ -26,6 +26,7 @@ from agentopd_jax.envs.alfworld.env import AlfworldEnv
 from agentopd_jax.envs.vector import VectorEnv, group_tasks
 from agentopd_jax.envs.verl_agent.metrics import episode_metrics
 from agentopd_jax.eval.validate import episode_record, validate
+from agentopd_jax.models import transformer
 from agentopd_jax.models.loading import load_model_and_tokenizer
 from agentopd_jax.objectives.advantages import get_advantage_estimator, step_scores
 from agentopd_jax.objectives.registry import LossConfig
@@ -77,6 +78,18 @@ def validation_sampling(c) -> SamplingParams:
 def validation_key(c) -> jax.Array:
   """One key for every validation of a run (and for `evaluate.py`), so checkpoints face the same random numbers."""
   return jax.random.fold_in(jax.random.key(c.seed), VALIDATION_STREAM)
+
+
+def checkpoint_policy(c, step: str, mesh):
+  """(model config, params, tokenizer, step) of checkpoint `step` ("best", "latest" or an integer) of c.workdir."""
+  config, _, tokenizer = load_model_and_tokenizer(c.model, c.tokenizer_path, c.seed, mesh)
+  with CheckpointPool(Path(c.workdir) / "checkpoints", read_only=True) as pool:
+    number = {"best": pool.best_step, "latest": pool.latest_step}.get(step, lambda: int(step))()
+    if number is None:
+      raise ValueError(f"no {step} checkpoint in {pool.directory}")
+    abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                            transformer.abstract_params(config), transformer.param_shardings(config, mesh))
+    return config, pool.restore_params(number, abstract), tokenizer, number
 
 
 class Run:

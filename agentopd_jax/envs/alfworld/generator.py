@@ -40,7 +40,7 @@ REAL_COUNTS = {
                      "pick_two_obj_and_place": 17},
 }
 HELD_OUT_ONE_IN = 5  # about a fifth of all (task, object, target) combinations are reserved for valid_unseen
-DISTRACTOR_TYPES = (6, 12)
+DISTRACTOR_TYPES = (6, 12)  # (min, max) distractor object types per game; each placed 1-2 times
 _GOALS = {
     "pick_and_place_simple": "",
     "pick_clean_then_place_in_recep": "(cleanable ?o) (isClean ?o) ",
@@ -124,8 +124,8 @@ def task_type_of(split: str, n: int, index: int, task_types: Optional[Sequence[s
   return _type_order(split, n, None if task_types is None else tuple(task_types))[index]
 
 
-def sample_game(split: str, task_type: str, rng: random.Random, scene_numbers: Optional[Sequence[int]] = None
-                ) -> Game:
+def sample_game(split: str, task_type: str, rng: random.Random, scene_numbers: Optional[Sequence[int]] = None,
+                distractor_types: Tuple[int, int] = DISTRACTOR_TYPES) -> Game:
   """A game of `task_type` in a random scene of the split (restricted to `scene_numbers` when given)."""
   unseen = split == "valid_unseen"
   rooms = list(vocab.TASK_ROOMS[task_type])
@@ -136,12 +136,12 @@ def sample_game(split: str, task_type: str, rng: random.Random, scene_numbers: O
     layout = scenes.layout(scene)
     options = [t for t in tasks(task_type, layout) if held_out(t) == unseen]
     if options:
-      return _populate(rng.choice(options), layout, rng)
+      return _populate(rng.choice(options), layout, rng, distractor_types)
   raise ValueError(f"no {split} scene{'' if scene_numbers is None else f' among {list(scene_numbers)}'} "
                    f"supports {task_type}")
 
 
-def _populate(task: Task, layout: scenes.Layout, rng: random.Random) -> Game:
+def _populate(task: Task, layout: scenes.Layout, rng: random.Random, distractor_types: Tuple[int, int]) -> Game:
   """Place the target objects (never already in a destination), distractors and lamps; write the problem."""
   placed: List[Tuple[str, str, scenes.Receptacle]] = []  # (type, alfred id, receptacle)
   ids = {r.alfred_id for r in layout.receptacles}
@@ -157,7 +157,7 @@ def _populate(task: Task, layout: scenes.Layout, rng: random.Random) -> Game:
   for _ in range(n_targets):
     put(task.obj, _placeable(task.obj, layout, exclude="" if task.is_look else task.target))
   room_objects = [o for o in vocab.ROOM_OBJECTS[layout.room] if o != task.obj and _placeable(o, layout)]
-  for kind in rng.sample(room_objects, min(len(room_objects), rng.randint(*DISTRACTOR_TYPES))):
+  for kind in rng.sample(room_objects, min(len(room_objects), rng.randint(*distractor_types))):
     for _ in range(rng.randint(1, 2)):
       put(kind, _placeable(kind, layout))
   supports = [r for r in layout.receptacles if r.kind in vocab.LAMP_SUPPORTS]
@@ -247,10 +247,11 @@ def traj_data(game: Game) -> dict:
 
 
 def make_game(split: str, n: int, index: int, seed: int = 0, task_types: Optional[Sequence[str]] = None,
-              scene_numbers: Optional[Sequence[int]] = None) -> Game:
+              scene_numbers: Optional[Sequence[int]] = None, distractor_types: Tuple[int, int] = DISTRACTOR_TYPES
+              ) -> Game:
   """Game `index` of a split of n games (deterministic in (seed, split, n, index) and the filters)."""
   rng = random.Random(f"alfworld/{seed}/{split}/{index}")
-  return sample_game(split, task_type_of(split, n, index, task_types), rng, scene_numbers)
+  return sample_game(split, task_type_of(split, n, index, task_types), rng, scene_numbers, distractor_types)
 
 
 def write_game(root: str, split: str, game: Game, version: str, walkthrough: Optional[List[str]]) -> str:
@@ -268,19 +269,23 @@ def write_game(root: str, split: str, game: Game, version: str, walkthrough: Opt
 
 
 def generate(root: str, sizes: Optional[Dict[str, int]] = None, seed: int = 0, version: str = tw_grammar.DEFAULT_VERSION,
-             task_types: Optional[Sequence[str]] = None, scene_numbers: Optional[Sequence[int]] = None
-             ) -> Dict[str, List[str]]:
+             task_types: Optional[Sequence[str]] = None, scene_numbers: Optional[Sequence[int]] = None,
+             distractor_types: Tuple[int, int] = DISTRACTOR_TYPES) -> Dict[str, List[str]]:
   """Write the splits (default: the real sizes 3553/140/134) under `root`; each game's walkthrough is the expert's
   plan, which also proves it solvable. Returns the game-file paths per split.
 
-  task_types / scene_numbers restrict the games (e.g. one small room for a CPU-sized run); the defaults (all types,
-  every scene of the split) give the real benchmark's mix.
+  task_types / scene_numbers restrict the games (e.g. one small room for a CPU-sized run) and distractor_types
+  (min, max) sets how many other object types share the room; the defaults (all types, every scene of the split,
+  6-12 distractor types) give the real benchmark's mix.
   """
+  lo, hi = distractor_types
+  if not 0 <= lo <= hi:
+    raise ValueError(f"distractor_types must be (min, max) with 0 <= min <= max, got {tuple(distractor_types)}")
   out = {}
   for split, n in (sizes or REAL_SIZES).items():
     out[split] = []
     for i in range(n):
-      game = make_game(split, n, i, seed, task_types, scene_numbers)
+      game = make_game(split, n, i, seed, task_types, scene_numbers, (lo, hi))
       engine = FastEngine(game_file(game, version, None))
       engine.reset()
       out[split].append(write_game(root, split, game, version, solve(engine)))

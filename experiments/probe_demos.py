@@ -1,0 +1,47 @@
+"""Which decisions has a checkpoint learnt? Teacher-forced accuracy on expert demonstrations, per command verb.
+
+  python experiments/probe_demos.py --config=configs/alfworld.py --step=0 --games=40
+
+Replays the config's expert (`sft.expert`) on the first `games` validation-panel games through the policy's own
+step-wise prompts and prints, per verb of the expert's action, how often the checkpoint's argmax is the verb and the
+whole reply, and the verb's mean probability (JSON). See `agentopd_jax/eval/probe.py`.
+"""
+import functools
+import json
+
+from absl import app, flags
+from absl import logging as absl_logging
+from ml_collections import config_flags
+
+from agentopd_jax.envs.alfworld.env import AlfworldEnv
+from agentopd_jax.eval.probe import demo_accuracy
+from agentopd_jax.parallel.sharding import make_mesh
+from agentopd_jax.rollout.demonstrations import demonstration_samples
+from agentopd_jax.training import data
+from agentopd_jax.training.trainer import checkpoint_policy, rollout_engine
+
+_CONFIG = config_flags.DEFINE_config_file("config", "configs/alfworld.py", "Run config.", lock_config=True)
+_STEP = flags.DEFINE_string("step", "0", "checkpoint step of config.workdir: an integer, 'best' or 'latest'")
+_GAMES = flags.DEFINE_integer("games", 40, "validation-panel games whose expert episodes are probed")
+
+
+def main(argv):
+  del argv
+  absl_logging.set_verbosity(absl_logging.WARNING)
+  c = _CONFIG.value
+  mesh = make_mesh(tuple(c.mesh_shape))
+  config, params, tokenizer, step = checkpoint_policy(c, _STEP.value, mesh)
+  _, valid_games = data.alfworld_games(c.env, c.seed)
+  engine = rollout_engine(c, config, tokenizer, mesh, 1)  # only for its prompt rendering and chat format
+  try:
+    expert = functools.partial(data.expert_actions, expert=c.sft.expert)
+    demos = demonstration_samples(AlfworldEnv(c.env.engine), engine.text_env_factory, engine.chat,
+                                  valid_games[:_GAMES.value], expert, layout="step")
+  finally:
+    engine.env.close()
+  print(json.dumps({"workdir": c.workdir, "step": step, "expert": c.sft.expert,
+                    "verbs": demo_accuracy(config, params, demos, tokenizer)}, indent=2))
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,48 @@
+"""The demonstration probe: per-verb teacher-forced accuracy, cross-checked against the fused scoring step."""
+import functools
+
+import jax
+import numpy as np
+import pytest
+
+pytest.importorskip("alfworld", reason="generating games needs the alfworld wheel's domain files ([envs] extra)")
+
+from agentopd_jax.envs.alfworld import data, generator  # noqa: E402
+from agentopd_jax.envs.alfworld.env import AlfworldEnv  # noqa: E402
+from agentopd_jax.eval.probe import _verb_offset, demo_accuracy  # noqa: E402
+from agentopd_jax.models import config as model_config, transformer  # noqa: E402
+from agentopd_jax.models.tokenizer import builtin_tokenizer  # noqa: E402
+from agentopd_jax.rollout.batch import collate  # noqa: E402
+from agentopd_jax.rollout.chat import ChatFormat  # noqa: E402
+from agentopd_jax.rollout.demonstrations import demonstration_samples  # noqa: E402
+from agentopd_jax.rollout.text_envs import AlfworldText  # noqa: E402
+from agentopd_jax.scoring.fused import ScoreConfig, make_score_fn  # noqa: E402
+from agentopd_jax.training.data import expert_actions  # noqa: E402
+
+
+def test_demo_accuracy_matches_the_scoring_step(tmp_path):
+  generator.generate(str(tmp_path), sizes={"train": 3}, task_types=("pick_and_place_simple",))
+  games = data.game_files("train", str(tmp_path))
+  tokenizer = builtin_tokenizer()
+  chat = ChatFormat(tokenizer)
+  demos = demonstration_samples(AlfworldEnv("fast"), functools.partial(AlfworldText, compact=True), chat, games,
+                                functools.partial(expert_actions, expert="planner"))
+  config = model_config.preset("tiny", num_layers=1)
+  params = transformer.init_params(config, jax.random.key(0))
+  report = demo_accuracy(config, params, demos, tokenizer, batch_size=4)
+
+  verbs = [d.response_text.split("<action>")[1].split()[0] for d in demos]
+  assert {v: r["n"] for v, r in report.items()} == {v: verbs.count(v) for v in set(verbs)}
+  # The verb's probability, recomputed from the fused scoring step's per-token log-probs.
+  batch = collate(demos, [0.0] * len(demos), pad_to_multiple=128)
+  logprobs = np.asarray(make_score_fn(config, ScoreConfig(reference=False, teacher="none", top_k=0))(
+      params, None, None, batch.score_batch()).policy_logprobs)
+  expected = {}
+  for r, d in enumerate(demos):
+    offset = _verb_offset(tokenizer, d.completion_ids)
+    assert tokenizer.decode(d.completion_ids[offset:offset + 1]).strip() == verbs[r]
+    expected.setdefault(verbs[r], []).append(np.exp(logprobs[r, np.nonzero(batch.loss_mask[r])[0][offset]]))
+  for verb, values in expected.items():
+    np.testing.assert_allclose(report[verb]["verb_probability"], np.mean(values), rtol=1e-4)
+    assert 0.0 <= report[verb]["reply_accuracy"] <= report[verb]["verb_accuracy"] <= 1.0
+  assert _verb_offset(tokenizer, tokenizer.encode("no tag here", add_special_tokens=False)) == -1
