@@ -18,7 +18,7 @@ from agentopd_jax.eval.probe import demo_accuracy
 from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.rollout.demonstrations import demonstration_samples
 from agentopd_jax.training import data
-from agentopd_jax.training.trainer import checkpoint_policy, rollout_engine
+from agentopd_jax.training.trainer import chat_format, checkpoint_policy, text_env_factory
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/alfworld.py", "Run config.", lock_config=True)
 _STEP = flags.DEFINE_string("step", "0", "checkpoint step of config.workdir: an integer, 'best' or 'latest'")
@@ -32,13 +32,9 @@ def main(argv):
   mesh = make_mesh(tuple(c.mesh_shape))
   config, params, tokenizer, step = checkpoint_policy(c, _STEP.value, mesh)
   _, valid_games = data.alfworld_games(c.env, c.seed)
-  engine = rollout_engine(c, config, tokenizer, mesh, 1)  # only for its prompt rendering and chat format
-  try:
-    expert = functools.partial(data.expert_actions, expert=c.sft.expert)
-    demos = demonstration_samples(AlfworldEnv(c.env.engine), engine.text_env_factory, engine.chat,
-                                  valid_games[:_GAMES.value], expert, layout="step")
-  finally:
-    engine.env.close()
+  expert = functools.partial(data.expert_actions, expert=c.sft.expert)
+  demos = demonstration_samples(AlfworldEnv(c.env.engine), text_env_factory(c), chat_format(c, tokenizer),
+                                valid_games[:_GAMES.value], expert, layout="step")
   print(json.dumps({"workdir": c.workdir, "step": step, "expert": c.sft.expert,
                     "verbs": demo_accuracy(config, params, demos, tokenizer)}, indent=2))
 

@@ -3,6 +3,7 @@
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -188,8 +189,6 @@ def test_task_type_and_scene_filters(tmp_path):
 
 def test_distractor_types_size_the_room():
   """distractor_types bounds the other object types in a game; the default keeps the benchmark's games unchanged."""
-  import re
-
   def object_types(game):
     return set(re.findall(r"\(objectType \S+ (\w+)Type\)", game.problem))
 

@@ -1,4 +1,4 @@
-"""The demonstration probe: per-verb teacher-forced accuracy, cross-checked against the fused scoring step."""
+"""The demonstration probe: per-verb teacher-forced accuracy, cross-checked against a plain full-softmax forward."""
 import functools
 
 import jax
@@ -16,11 +16,10 @@ from agentopd_jax.rollout.batch import collate  # noqa: E402
 from agentopd_jax.rollout.chat import ChatFormat  # noqa: E402
 from agentopd_jax.rollout.demonstrations import demonstration_samples  # noqa: E402
 from agentopd_jax.rollout.text_envs import AlfworldText  # noqa: E402
-from agentopd_jax.scoring.fused import ScoreConfig, make_score_fn  # noqa: E402
 from agentopd_jax.training.data import expert_actions  # noqa: E402
 
 
-def test_demo_accuracy_matches_the_scoring_step(tmp_path):
+def test_demo_accuracy_matches_a_full_softmax_forward(tmp_path):
   generator.generate(str(tmp_path), sizes={"train": 3}, task_types=("pick_and_place_simple",))
   games = data.game_files("train", str(tmp_path))
   tokenizer = builtin_tokenizer()
@@ -33,16 +32,19 @@ def test_demo_accuracy_matches_the_scoring_step(tmp_path):
 
   verbs = [d.response_text.split("<action>")[1].split()[0] for d in demos]
   assert {v: r["n"] for v, r in report.items()} == {v: verbs.count(v) for v in set(verbs)}
-  # The verb's probability, recomputed from the fused scoring step's per-token log-probs.
+  # The verb's probability and argmax, recomputed from one plain forward with the full [B, T, V] softmax.
   batch = collate(demos, [0.0] * len(demos), pad_to_multiple=128)
-  logprobs = np.asarray(make_score_fn(config, ScoreConfig(reference=False, teacher="none", top_k=0))(
-      params, None, None, batch.score_batch()).policy_logprobs)
-  expected = {}
+  hidden, _ = transformer.forward(config, params, batch.tokens, batch.positions, batch.segment_ids)
+  logp = np.asarray(jax.nn.log_softmax(transformer.logits_from_hidden(config, params, hidden), axis=-1))
+  expected, hits = {}, {}
   for r, d in enumerate(demos):
     offset = _verb_offset(tokenizer, d.completion_ids)
     assert tokenizer.decode(d.completion_ids[offset:offset + 1]).strip() == verbs[r]
-    expected.setdefault(verbs[r], []).append(np.exp(logprobs[r, np.nonzero(batch.loss_mask[r])[0][offset]]))
+    t = np.nonzero(batch.loss_mask[r])[0][offset]  # target position; logits at t - 1 predict it
+    expected.setdefault(verbs[r], []).append(np.exp(logp[r, t - 1, batch.tokens[r, t]]))
+    hits.setdefault(verbs[r], []).append(float(logp[r, t - 1].argmax() == batch.tokens[r, t]))
   for verb, values in expected.items():
     np.testing.assert_allclose(report[verb]["verb_probability"], np.mean(values), rtol=1e-4)
+    assert report[verb]["verb_accuracy"] == pytest.approx(np.mean(hits[verb]))
     assert 0.0 <= report[verb]["reply_accuracy"] <= report[verb]["verb_accuracy"] <= 1.0
   assert _verb_offset(tokenizer, tokenizer.encode("no tag here", add_special_tokens=False)) == -1

@@ -11,12 +11,11 @@ from __future__ import annotations
 import collections
 from typing import Dict, List, Sequence
 
-import jax
 import numpy as np
 
-from agentopd_jax.models import transformer
 from agentopd_jax.rollout.batch import collate
 from agentopd_jax.rollout.types import Sample
+from agentopd_jax.scoring.fused import ScoreConfig, make_score_fn
 
 ACTION_TAG = "<action>"
 
@@ -31,24 +30,25 @@ def _verb_offset(tokenizer, completion_ids: Sequence[int]) -> int:
 
 def demo_accuracy(model, params, samples: Sequence[Sample], tokenizer, batch_size: int = 16
                   ) -> Dict[str, Dict[str, float]]:
-  """{verb: {n, verb_accuracy, reply_accuracy, verb_probability}} over step-layout demonstration samples."""
-  forward = jax.jit(lambda p, tokens, positions, segments: transformer.logits_from_hidden(
-      model, p, transformer.forward(model, p, tokens, positions, segments)[0]))
+  """{verb: {n, verb_accuracy, reply_accuracy, verb_probability}} over step-layout demonstration samples.
+
+  One fused scoring call per batch gives each reply token's log-prob and the policy's argmax (top-1 id).
+  """
+  score = make_score_fn(model, ScoreConfig(reference=False, teacher="none", top_k=1, entropy=False))
   rows: Dict[str, List[List[float]]] = collections.defaultdict(list)
   for start in range(0, len(samples), batch_size):
     chunk = samples[start:start + batch_size]
     batch = collate(chunk, [0.0] * len(chunk), pad_to_multiple=128)
-    logprobs = np.asarray(jax.nn.log_softmax(forward(params, batch.tokens, batch.positions, batch.segment_ids)))
+    out = score(params, None, None, batch.score_batch())
+    logprobs, argmax = np.asarray(out.policy_logprobs), np.asarray(out.policy_topk_ids[..., 0])
     for r, sample in enumerate(chunk):
       offset = _verb_offset(tokenizer, sample.completion_ids)
       if offset < 0:
         continue
-      targets = np.nonzero(batch.loss_mask[r])[0]  # target-indexed: logits at t - 1 predict tokens[t]
-      predicted = logprobs[r, targets - 1].argmax(-1) == batch.tokens[r, targets]
-      verb_target = targets[offset]
+      targets = np.nonzero(batch.loss_mask[r])[0]  # target-indexed, like the scores
+      predicted = argmax[r, targets] == batch.tokens[r, targets]
       verb = sample.response_text.split(ACTION_TAG)[-1].split()[0]
-      rows[verb].append([float(predicted[offset]), float(predicted.all()),
-                         float(np.exp(logprobs[r, verb_target - 1, batch.tokens[r, verb_target]]))])
+      rows[verb].append([float(predicted[offset]), float(predicted.all()), float(np.exp(logprobs[r, targets[offset]]))])
   return {verb: dict(n=len(v), verb_accuracy=float(np.mean([x[0] for x in v])),
                      reply_accuracy=float(np.mean([x[1] for x in v])),
                      verb_probability=float(np.mean([x[2] for x in v])))

@@ -59,16 +59,24 @@ def _mean_metrics(rows: List[Dict[str, float]]) -> Dict[str, float]:
   return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]} if rows else {}
 
 
+def text_env_factory(c):
+  """A fresh `TextEnv` of the configured env and prompt per call (one per env instance)."""
+  return functools.partial(make_text_env, c.env.name, history_length=c.env.history_length,
+                           compact=c.env.compact_prompt, flavor=c.env.prompt_flavor,
+                           invalid_penalty=c.env.invalid_penalty)
+
+
+def chat_format(c, tokenizer) -> ChatFormat:
+  return ChatFormat(tokenizer, c.model.chat_template_kwargs.to_dict())
+
+
 def rollout_engine(c, model, tokenizer, mesh, num_envs: int) -> RolloutEngine:
   """The configured env, prompts and sampler over `num_envs` env workers (close with `engine.env.close()`)."""
-  text_env = functools.partial(make_text_env, c.env.name, history_length=c.env.history_length,
-                               compact=c.env.compact_prompt, flavor=c.env.prompt_flavor,
-                               invalid_penalty=c.env.invalid_penalty)
   envs = VectorEnv(functools.partial(AlfworldEnv, c.env.engine, c.rollout.max_steps),
                    min(c.env.num_workers, num_envs), num_envs)
   sampler = Sampler(model, tokenizer, pad_id=tokenizer.pad_token_id or 0, mesh=mesh)
-  return RolloutEngine(sampler, tokenizer, envs, text_env, config_dataclass(RolloutConfig, c.rollout),
-                       ChatFormat(tokenizer, c.model.chat_template_kwargs.to_dict()))
+  return RolloutEngine(sampler, tokenizer, envs, text_env_factory(c), config_dataclass(RolloutConfig, c.rollout),
+                       chat_format(c, tokenizer))
 
 
 def validation_sampling(c) -> SamplingParams:
