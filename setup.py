@@ -23,14 +23,22 @@ CORE = [
     "safetensors==0.8.0",
 ]
 
+RETRIEVAL = ["bm25s==0.3.16"]  # BM25 for the WebShop search engine and the search-QA retrieval server
+WEBSHOP = RETRIEVAL + ["rapidfuzz==3.14.6"]  # WebShop's fuzzy attribute/option matching (thefuzz's token_set_ratio)
+# TFDS without TensorFlow (array_record files); tfds imports importlib_resources, which etils no longer installs.
+DATA = ["tensorflow-datasets==4.9.10", "array-record==0.8.6", "grain==0.2.18", "importlib-resources==7.1.0",
+        "pyarrow==26.0.1"]
+
 EXTRAS = {
     # torch is only for parity tests/benchmarks against transformers. Keep the exact pin: an unpinned torch
     # resolves to a multi-GB CUDA build.
     "torch": ["torch==2.13.0"],
-    "test": ["torch==2.13.0", "pytest>=8", "hypothesis>=6.100"],
-    "data": ["tensorflow-datasets==4.9.10", "array-record==0.8.6", "grain==0.2.18"],
-    "envs": ["textworld[pddl]==1.7.0", "alfworld==0.4.2"],
-    "retrieval": ["bm25s==0.3.16"],
+    # Tests exercise every environment and data path, so they pull the env extras too (nothing is skipped in CI).
+    "test": ["torch==2.13.0", "pytest>=8", "hypothesis>=6.100"] + WEBSHOP + DATA,
+    "data": DATA,
+    "envs": ["textworld[pddl]==1.7.0", "alfworld==0.4.2"] + WEBSHOP,
+    "retrieval": RETRIEVAL,
+    "webshop": WEBSHOP,
 }
 
 setup(

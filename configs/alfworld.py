@@ -62,6 +62,7 @@ def _cpu() -> ml_collections.ConfigDict:
   c.sft.micro_batch_size = 16
   c.sft.learning_rate = 2e-3
   c.sft.warmup_steps = 10
+  c.sft.lr_schedule = "cosine"         # "cosine" (decays to 0.1x by the last step) or "constant"
   c.sft.train_on_prompt = True         # loss on every token of a demonstration, not only on the replies
   c.sft.reply_weight = 20.0            # with train_on_prompt: loss weight of reply tokens relative to the rest
   c.sft.expert = "explorer"            # "explorer" (searches; imitable) or "planner" (knows where objects are)

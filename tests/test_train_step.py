@@ -8,8 +8,8 @@ from agentopd_jax.models import config as model_config, transformer
 from agentopd_jax.objectives.registry import LossConfig
 from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.rollout.batch import TrainBatch
-from agentopd_jax.training.train_step import (OptimConfig, init_state, make_optimizer, make_train_step,
-                                              split_minibatches)
+from agentopd_jax.training.train_step import (OptimConfig, init_state, learning_rate_schedule, make_optimizer,
+                                              make_train_step, split_minibatches)
 
 CONFIG = model_config.preset("tiny", vocab_size=256, hidden_size=64, intermediate_size=128, num_layers=2,
                              num_heads=4, num_kv_heads=2, head_dim=16)
@@ -106,3 +106,16 @@ def test_split_minibatches_shapes_and_errors():
   assert len(parts) == 2 and parts[0].tokens.shape == (2, 2, 24)
   with pytest.raises(ValueError, match="multiple of mini_batch_size"):
     split_minibatches(_batch(rows=8), 3, 1)
+
+
+def test_learning_rate_schedule_warms_up_then_cosine_decays_to_the_floor():
+  cfg = OptimConfig(learning_rate=1e-2, warmup_steps=2, decay_steps=4, final_lr_ratio=0.1)
+  # Hand-computed: warmup 0, 0.5, then cosine 1e-2 * (0.1 + 0.9 * (1 + cos(pi k / 4)) / 2) for k = 0..4, then flat.
+  expected = [0.0, 5e-3, 1e-2, 1e-2 * (0.1 + 0.45 * (1 + np.cos(np.pi / 4))), 1e-2 * 0.55,
+              1e-2 * (0.1 + 0.45 * (1 + np.cos(3 * np.pi / 4))), 1e-3, 1e-3]
+  schedule = learning_rate_schedule(cfg)
+  np.testing.assert_allclose([float(schedule(k)) for k in range(len(expected))], expected, rtol=1e-5, atol=1e-12)
+  constant = learning_rate_schedule(OptimConfig(learning_rate=1e-3))
+  assert float(constant(0)) == float(constant(10 ** 6)) == pytest.approx(1e-3)
+  with pytest.raises(ValueError, match="final_lr_ratio"):
+    OptimConfig(learning_rate=1e-3, decay_steps=3, final_lr_ratio=2.0)

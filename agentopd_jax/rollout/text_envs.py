@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Callable, Dict, Mapping, Tuple
 
 from agentopd_jax.envs import verl_agent
+from agentopd_jax.envs.search.text import SearchText
+from agentopd_jax.envs.webshop.text import WebshopText
 
 
 class AlfworldText:
@@ -60,7 +62,7 @@ class AlfworldText:
     return verl_agent.alfworld_reward(won), won
 
 
-TEXT_ENVS: Dict[str, Callable[..., object]] = {"alfworld": AlfworldText}
+TEXT_ENVS: Dict[str, Callable[..., object]] = {"alfworld": AlfworldText, "webshop": WebshopText, "search": SearchText}
 
 
 def make_text_env(name: str, **kwargs):

@@ -40,6 +40,8 @@ class TrainState:
 class OptimConfig:
   learning_rate: float = 1e-6
   warmup_steps: int = 0
+  decay_steps: int = 0          # > 0: cosine decay to `final_lr_ratio` x peak over this many post-warmup steps
+  final_lr_ratio: float = 0.1
   weight_decay: float = 0.01
   grad_clip: float = 1.0
   b1: float = 0.9
@@ -52,16 +54,27 @@ class OptimConfig:
     if self.warmup_steps < 0 or self.grad_clip <= 0:
       raise ValueError(f"optim.warmup_steps must be >= 0 and optim.grad_clip > 0, got "
                        f"{self.warmup_steps} and {self.grad_clip}")
+    if self.decay_steps < 0 or not 0 <= self.final_lr_ratio <= 1:
+      raise ValueError(f"optim.decay_steps must be >= 0 and optim.final_lr_ratio in [0, 1], got "
+                       f"{self.decay_steps} and {self.final_lr_ratio}")
+
+
+def learning_rate_schedule(cfg: OptimConfig) -> optax.Schedule:
+  """Linear warmup from 0 over `warmup_steps`, then constant (verl's default) or, with `decay_steps`, a cosine decay
+  to `final_lr_ratio` x the peak (a fixed-length warm start ends at a lower loss)."""
+  after = (optax.cosine_decay_schedule(cfg.learning_rate, cfg.decay_steps, alpha=cfg.final_lr_ratio)
+           if cfg.decay_steps else optax.constant_schedule(cfg.learning_rate))
+  if not cfg.warmup_steps:
+    return after
+  return optax.join_schedules([optax.linear_schedule(0.0, cfg.learning_rate, cfg.warmup_steps), after],
+                              [cfg.warmup_steps])
 
 
 def make_optimizer(cfg: OptimConfig) -> optax.GradientTransformation:
-  """Global-norm clipping then AdamW; linear warmup from 0 over `warmup_steps`, then constant (verl's default)."""
-  lr = cfg.learning_rate
-  if cfg.warmup_steps:
-    lr = optax.join_schedules([optax.linear_schedule(0.0, cfg.learning_rate, cfg.warmup_steps),
-                               optax.constant_schedule(cfg.learning_rate)], [cfg.warmup_steps])
+  """Global-norm clipping then AdamW on `learning_rate_schedule(cfg)`."""
   return optax.chain(optax.clip_by_global_norm(cfg.grad_clip),
-                     optax.adamw(lr, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay))
+                     optax.adamw(learning_rate_schedule(cfg), b1=cfg.b1, b2=cfg.b2, eps=cfg.eps,
+                                 weight_decay=cfg.weight_decay))
 
 
 def state_shardings(model: ModelConfig, optimizer: optax.GradientTransformation, mesh: Mesh,

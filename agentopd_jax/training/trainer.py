@@ -143,7 +143,11 @@ class Run:
     demos = demonstration_samples(AlfworldEnv(c.env.engine), engine.text_env_factory, engine.chat,
                                   self.train_games[:c.sft.demos],
                                   functools.partial(data.expert_actions, expert=c.sft.expert), c.rollout.layout)
+    if c.sft.lr_schedule not in ("cosine", "constant"):
+      raise ValueError(f"sft.lr_schedule must be 'cosine' or 'constant', got {c.sft.lr_schedule!r}")
+    decay = max(c.sft.steps - c.sft.warmup_steps, 0) if c.sft.lr_schedule == "cosine" else 0
     optimizer = make_optimizer(OptimConfig(learning_rate=c.sft.learning_rate, warmup_steps=c.sft.warmup_steps,
+                                           decay_steps=decay,
                                            weight_decay=c.optim.weight_decay, grad_clip=c.optim.grad_clip))
     step_fn = make_train_step(self.model, LossConfig(objective="sft"), optimizer, self.mesh)
     state = init_state(jax.tree.map(jnp.copy, self.init_params), optimizer, mesh=self.mesh, model=self.model)

@@ -42,9 +42,9 @@ def alfworld_projection(responses: Sequence[str], check_think: bool = True) -> t
   return _project(responses, 30, check_think)
 
 
-def webshop_projection(responses: Sequence[str]) -> tuple[list[str], list[int]]:
+def webshop_projection(responses: Sequence[str], check_think: bool = True) -> tuple[list[str], list[int]]:
   """(actions, valids) for WebShop; same rules as ALFWorld with a 20-character fallback."""
-  return _project(responses, 20, check_think=True)
+  return _project(responses, 20, check_think)
 
 
 def _search_action(response: str) -> tuple[str, int]:

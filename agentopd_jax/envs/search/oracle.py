@@ -1,0 +1,92 @@
+"""An oracle policy for bundled questions: it searches the right queries, reads the answers out of the returned
+documents, and answers; it never sees the golden answers.
+
+It knows each question's plan (which entity and fact every hop looks up) but finds the values only in what the
+retriever returns, reading a hop's fact from the passage titled with that hop's subject with the same patterns the
+generator checked its articles with. So its success rate measures the corpus, the retriever and the env plumbing
+together (server, client, observation formats): a fact that retrieval does not surface is a failed question.
+
+  actions, score, infos = play(env, task)      # e.g. for demonstrations: replaying `actions` gives the same episode
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple
+
+from agentopd_jax.envs.search.formats import read_documents
+from agentopd_jax.envs.search.tasks import SearchTask
+from agentopd_jax.envs.search.world import RELATIONS
+
+
+class Oracle:
+  """Acts on one task; call `act(observation)` with the reset observation, then with each step's observation.
+
+  A hop whose fact is not in the results is searched again by the subject's name alone; `max_searches` bounds the
+  searches so the answer still fits in the episode (verl-agent: max_turns - 1; Search-R1: max_turns).
+  """
+
+  def __init__(self, task: SearchTask, max_searches: int = 3):
+    if task.plan is None:
+      raise ValueError(f"task {task} has no plan; the oracle answers bundled questions only")
+    self.plan, self.max_searches = task.plan, max_searches
+    self.values: List[Optional[str]] = []
+    self.searches = 0
+    self._attempt = 0  # searches for the current hop
+    self._waiting = False
+
+  def _subject(self) -> str:
+    subject, _ = self.plan.hops[len(self.values)]
+    return subject or (self.values[-1] or "")
+
+  def _query(self) -> str:
+    relation = self.plan.hops[len(self.values)][1]
+    words = RELATIONS[relation].keywords if self._attempt == 0 else ""
+    return f"{self._subject()} {words}".strip()
+
+  def _read(self, observation: str) -> Optional[str]:
+    subject, relation = self._subject(), self.plan.hops[len(self.values)][1]
+    for title, text in read_documents(observation):
+      if title == subject:
+        value = RELATIONS[relation].read(text)
+        if value is not None:
+          return value
+    return None
+
+  def act(self, observation: str) -> str:
+    if self._waiting:
+      self._waiting = False
+      value = self._read(observation)
+      if value is not None or self._attempt >= 2 or self.searches >= self.max_searches:
+        self.values.append(value)
+        self._attempt = 0
+    if len(self.values) < len(self.plan.hops) and self.searches < self.max_searches:
+      query = self._query()
+      self._attempt += 1
+      self.searches += 1
+      self._waiting = True
+      return f"<search>{query}</search>"
+    return f"<answer>{self.answer()}</answer>"
+
+  def answer(self) -> str:
+    values = self.values + [None] * (len(self.plan.hops) - len(self.values))
+    if self.plan.kind != "comparison":
+      return values[-1] or "unknown"
+    (a, _), (b, _) = self.plan.hops
+    va, vb = values
+    if self.plan.op == "same":
+      return "yes" if va is not None and va == vb else "no"
+    if va is None or vb is None or not (va.isdigit() and vb.isdigit()):
+      return a
+    return a if (int(va) < int(vb)) == (self.plan.op == "min") else b
+
+
+def play(env, task: SearchTask) -> Tuple[List[str], float, Dict[str, Any]]:
+  """Plays one episode of `env` (a `SearchEnv`) with the oracle: (actions, final score, final infos)."""
+  obs, infos = env.reset(task)
+  budget = env.max_turns - 1 if env.obs_format == "verl-agent" else env.max_turns
+  oracle = Oracle(task, max_searches=budget)
+  actions, score, done = [], 0.0, False
+  while not done:
+    action = oracle.act(obs)
+    actions.append(action)
+    obs, score, done, infos = env.step(action)
+  return actions, score, infos

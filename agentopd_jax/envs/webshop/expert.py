@@ -1,0 +1,51 @@
+"""An oracle shopper: knows the goal's product and plans search -> (next pages) -> product -> options -> Buy Now.
+
+Why an oracle and not a text-reading agent: demonstrations for the SFT warm start and an upper bound for the env
+need purchases that score 1.0, quickly and deterministically. The plan still looks like a good agent's: it first
+searches with the product's instruction (the goal text without options and price), which finds the product in the
+top 50 for almost every goal, and only falls back to the product's title when it does not; it pages with `next >`
+and picks the goal's option values. A correct purchase can still score below 1.0 where WebShop's own option matching
+fails (see `reward.py`); no plan can win those goals.
+"""
+from __future__ import annotations
+
+import random
+from typing import List, Mapping, Optional, Union
+
+from agentopd_jax.envs.webshop import reward
+from agentopd_jax.envs.webshop.env import MAX_STEPS, PRODUCT_WINDOW, Shop
+
+
+def _queries(shop: Shop, goal: Mapping) -> List[str]:
+  product = shop.products[goal["asin"]]
+  base = product.get("instruction_text") or goal["instruction_text"].split(", and price lower than")[0]
+  return [q for q in (base.lower(), product["Title"].lower()) if "[" not in q and "]" not in q and q.strip()]
+
+
+def _option_clicks(product: Mapping, goal_options) -> List[str]:
+  """The product's option values to click: a synthetic goal names them; for a human goal's free-text values, per
+  option the value matching one best (if above WebShop's threshold)."""
+  if isinstance(goal_options, Mapping):
+    return [f"click[{v}]" for v in goal_options.values()]
+  clicks = []
+  for values in product["options"].values():
+    scored = [(max((reward.token_set_ratio(reward.normalize_color(v), reward.normalize_color(g))
+                    for g in goal_options), default=0), v) for v in values]
+    best = max(scored, default=(0, None), key=lambda s: s[0])
+    if best[0] > reward.MATCH_THRESHOLD:
+      clicks.append(f"click[{best[1]}]")
+  return clicks
+
+
+def plan(shop: Shop, goal: Union[int, Mapping], max_steps: Optional[int] = MAX_STEPS) -> Optional[List[str]]:
+  """Actions that buy the goal's product with its options, within `max_steps`; None if no query finds it."""
+  goal = goal if isinstance(goal, Mapping) else shop.goals[int(goal)]
+  product = shop.products[goal["asin"]]
+  tail = [f"click[{goal['asin'].lower()}]", *_option_clicks(product, goal["goal_options"]), "click[buy now]"]
+  for query in _queries(shop, goal):
+    asins = [p["asin"] for p in shop.engine.search(query.split(" "), random.Random(0))]
+    if goal["asin"] in asins:
+      actions = [f"search[{query}]"] + ["click[next >]"] * (asins.index(goal["asin"]) // PRODUCT_WINDOW) + tail
+      if max_steps is None or len(actions) <= max_steps:
+        return actions
+  return None

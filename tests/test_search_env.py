@@ -1,0 +1,123 @@
+"""SearchEnv episode rules in both formats, the vector env over HTTP, and the oracle through the real server."""
+import functools
+import json
+import random
+
+import pytest
+
+from agentopd_jax.envs.search import formats
+from agentopd_jax.envs.search.env import SearchEnv
+from agentopd_jax.envs.search.oracle import Oracle, play
+from agentopd_jax.envs.search.questions import bundled_tasks
+from agentopd_jax.envs.search.retriever import BM25Retriever
+from agentopd_jax.envs.search.server import serve
+from agentopd_jax.envs.search.tasks import DATA_SOURCES, SearchTask, to_row
+from agentopd_jax.envs.search.world import generate_world
+from agentopd_jax.envs.vector import VectorEnv
+from agentopd_jax.envs.verl_agent.metrics import EpisodeRecord, episode_metrics
+
+TASK = SearchTask("When was Foia Haesson born?", ("1964",), "nq", "t-0")
+
+
+@pytest.fixture(scope="module")
+def url():
+  with serve(retriever=BM25Retriever(generate_world(0).passages)) as u:
+    yield u
+
+
+@pytest.fixture(scope="module")
+def test_tasks():
+  return bundled_tasks("test")
+
+
+def test_verl_agent_rules(url):
+  env = SearchEnv(search_url=url)
+  obs, infos = env.reset(TASK)
+  assert obs == TASK.question and infos == {"won": False, "question": TASK.question, "data_source": "nq",
+                                            "tool_calls": 0, "turns": 0, "action": ""}
+  obs, score, done, infos = env.step("<search>Foia Haesson born</search>")
+  assert obs.startswith('<information>{"result": "Doc 1: \\"Foia Haesson\\"\\nFoia Haesson Foia Haesson (born 1964)')
+  assert obs.endswith('\\n"}</information>') and (score, done, infos["tool_calls"]) == (0.0, False, 1)
+  assert len(json.loads(obs[len("<information>"):-len("</information>")])["result"].split("\nDoc ")) == 3
+  assert env.step("I think so") == ("", 0.0, False, {**infos, "turns": 2, "action": "invalid"})
+  obs, score, done, infos = env.step("<answer>1964</answer>")
+  assert (obs, score, done, infos["won"], infos["action"]) == ("", 1.0, True, True, "answer")
+  with pytest.raises(RuntimeError, match="reset"):
+    env.step("<answer>1964</answer>")
+
+
+def test_verl_agent_turn_limit_and_wrong_answer(url):
+  env = SearchEnv(search_url=url, max_turns=4)
+  env.reset(TASK)
+  for _ in range(3):
+    assert not env.step("<search>Foia Haesson</search>")[2]
+  obs, score, done, infos = env.step("<search>Foia Haesson</search>")  # turn 4: done, nothing searched
+  assert (obs, score, done, infos["tool_calls"], infos["won"]) == ("", 0.0, True, 3, False)
+  env.reset(TASK)
+  assert env.step("<think>hm</think><answer>1965</answer>")[1:3] == (0.0, True)
+
+
+def test_verl_agent_search_error_becomes_an_observation():
+  env = SearchEnv(search_url="http://127.0.0.1:9/retrieve", retries=0, timeout_s=1.0)
+  env.reset(TASK)
+  obs, _, done, _ = env.step("<search>x</search>")
+  assert obs.startswith('<information>{"result": "Search error: retrieval request to http://127.0.0.1:9/retrieve')
+  assert not done
+
+
+def test_search_r1_rules(url):
+  env = SearchEnv(search_url=url, obs_format="search-r1", max_turns=4)
+  env.reset(to_row(TASK, "test", 0))  # a dataset row works as the task too
+  obs, score, done, infos = env.step("<think>x</think>\n<search> Foia Haesson born </search> trailing")
+  assert obs.startswith('\n\n<information>Doc 1(Title: "Foia Haesson") Foia Haesson Foia Haesson (born 1964)')
+  assert obs.endswith("</information>\n\n") and obs.count("\nDoc ") == 2 and not done
+  assert env.step("no tags")[0] == formats.INVALID_ACTION_MESSAGE
+  assert env.step("<search>Sisary</search>")[2] is False
+  assert env.step("<search>Shaton</search>")[2] is False  # the 4th step: still a search round (one was invalid)
+  obs, score, done, infos = env.step("<search>Kouburg</search>")  # the final turn: no search is run
+  assert (obs, score, done, infos["tool_calls"]) == ("\n\n<information></information>\n\n", 0.0, True, 3)
+  env.reset(TASK)
+  assert env.step("<answer> 1964 </answer>")[1:3] == (1.0, True)
+
+
+def test_in_process_env_equals_http_env(url, test_tasks):
+  for fmt in ("verl-agent", "search-r1"):
+    local, remote = SearchEnv(obs_format=fmt), SearchEnv(search_url=url, obs_format=fmt)
+    for task in test_tasks[::130]:
+      assert play(local, task) == play(remote, task)
+
+
+def test_oracle_answers_95_percent_through_the_server(url, test_tasks):
+  tasks = random.Random(0).sample(test_tasks, 250)
+  env = SearchEnv(search_url=url)
+  records = []
+  for task in tasks:
+    actions, score, infos = play(env, task)
+    assert all(a.startswith(("<search>", "<answer>")) for a in actions) and len(actions) <= env.max_turns
+    records.append(EpisodeRecord(gamefile=None, won=infos["won"], reward=score, length=len(actions),
+                                 valid_actions=len(actions), data_source=task.data_source,
+                                 tool_calls=infos["tool_calls"]))
+  metrics = episode_metrics(records, prefix="val/")
+  assert metrics["val/success_rate"] >= 0.95, metrics
+  assert {f"val/{s}_success_rate" for s in DATA_SOURCES} <= set(metrics)
+  assert metrics["val/hotpotqa/tool_call_count/mean"] > metrics["val/nq/tool_call_count/mean"] >= 1.0
+
+
+def test_oracle_in_search_r1_format(url, test_tasks):
+  env = SearchEnv(search_url=url, obs_format="search-r1")
+  won = [play(env, t)[2]["won"] for t in test_tasks[::13]]
+  assert sum(won) >= 0.95 * len(won)
+  with pytest.raises(ValueError, match="plan"):
+    Oracle(TASK)
+
+
+def test_vector_env_over_http(url, test_tasks):
+  tasks = test_tasks[::300]
+  with VectorEnv(functools.partial(SearchEnv, search_url=url), 2, len(tasks)) as venv:
+    obs, infos = venv.reset(tasks)
+    assert obs == [t.question for t in tasks]
+    oracles = [Oracle(t) for t in tasks]
+    dones = [False] * len(tasks)
+    for _ in range(4):
+      obs, scores, dones, infos = venv.step([None if d else o.act(ob) for o, ob, d in zip(oracles, obs, dones)])
+    assert all(dones) and scores == [1.0] * len(tasks) and all(i["won"] for i in infos)
