@@ -7,28 +7,16 @@ Variants (`get_config(arg)`):
   qwen2p5_7b     entropy 0.001, clip 0.2/0.2 c=3, 50 env steps, history 2, invalid penalty 0.1, rollout T=1.0,
   qwen3_1p7b     validation on 128 tasks at T=0.4, prompt/response 2048/512, no SFT. Weights come from
                  `--config.model.path=/path/to/hf_folder`.
-Any field can be overridden (`--config.grpo.iterations=5`); an unknown field is an error naming it.
+Any field can be overridden (`--config.grpo.iterations=5`); an unknown field is an error naming it. The env-agnostic
+fields live in `agentopd_jax/training/defaults.py`.
 """
-import ml_collections
+from agentopd_jax.training import defaults
 
 PAPER_MODELS = {"qwen2p5_3b": "qwen2.5-3b", "qwen2p5_7b": "qwen2.5-7b", "qwen3_1p7b": "qwen3-1.7b"}
 
 
-def _cpu() -> ml_collections.ConfigDict:
-  c = ml_collections.ConfigDict()
-  c.seed = 0
-  c.workdir = "runs/alfworld_cpu"
-  c.mesh_shape = (-1, 1, 1)            # (data, fsdp, tensor)
-
-  c.model = ml_collections.ConfigDict()
-  c.model.preset = "tiny"              # used when model.path is empty (random init)
-  c.model.path = ""                    # local HF folder (config.json + *.safetensors + tokenizer)
-  c.model.param_dtype = ""
-  c.model.chat_template_kwargs = ml_collections.ConfigDict()  # e.g. enable_thinking=False (Qwen3)
-  c.tokenizer_path = ""                # "" -> model.path's tokenizer, else the built-in one
-
-  c.env = ml_collections.ConfigDict()
-  c.env.name = "alfworld"
+def _cpu():
+  c = defaults.cpu_base("alfworld")
   c.env.engine = "fast"                # "fast" (pure Python) or "textworld" (the real engine)
   c.env.data_root = ""                 # "" -> generate games under <cache>/alfworld_generated/seed<k>
   c.env.generate_train = 1200          # games generated per split when data_root is empty (1200: ~10 s)
@@ -38,108 +26,22 @@ def _cpu() -> ml_collections.ConfigDict:
   c.env.train_split = "train"
   c.env.valid_split = "valid_seen"     # alfworld's eval_in_distribution
   c.env.task_types = ("pick_and_place_simple", "look_at_obj_in_light")
-  c.env.history_length = 2
-  c.env.compact_prompt = True          # the compact template (no <think>), suited to a tiny model
-  c.env.prompt_flavor = "verl-agent"
-  c.env.invalid_penalty = 0.1
-  c.env.num_workers = 2                # env worker processes
-
-  c.rollout = ml_collections.ConfigDict()
-  c.rollout.layout = "step"            # "step" (verl-agent) or "trajectory" (verl-tool)
-  c.rollout.max_steps = 10
-  c.rollout.max_prompt_tokens = 1024
-  c.rollout.max_response_tokens = 24
-  c.rollout.max_observation_tokens = 500
-  c.rollout.max_total_tokens = 4096
-  c.rollout.temperature = 1.0
-  c.rollout.top_p = 1.0
-  c.rollout.top_k = 0
-
-  c.sft = ml_collections.ConfigDict()
-  c.sft.steps = 330                    # 0 skips the warm start
-  c.sft.demos = 1200                   # expert episodes from the training split (diverse demos generalise)
-  c.sft.batch_size = 16                # small batches, many steps: copying from the context forms with steps
-  c.sft.micro_batch_size = 16
-  c.sft.learning_rate = 2e-3
-  c.sft.warmup_steps = 10
-  c.sft.lr_schedule = "cosine"         # "cosine" (decays to 0.1x by the last step) or "constant"
-  c.sft.train_on_prompt = True         # loss on every token of a demonstration, not only on the replies
-  c.sft.reply_weight = 20.0            # with train_on_prompt: loss weight of reply tokens relative to the rest
-  c.sft.expert = "explorer"            # "explorer" (searches; imitable) or "planner" (knows where objects are)
-
-  c.grpo = ml_collections.ConfigDict()
-  c.grpo.iterations = 8
-  c.grpo.tasks_per_iteration = 4
-  c.grpo.group_size = 8                # 8 attempts per task: groups with a win are common at ~10 % success
-  c.grpo.advantage = "grpo"            # registry key: "grpo" (mean_std_norm) or "grpo_mean_norm"
-  c.grpo.mini_batch_size = 160         # samples per optimizer step (rows padded up to a multiple)
-  c.grpo.micro_batch_size = 32
-
-  c.loss = ml_collections.ConfigDict()
-  c.loss.objective = "grpo"
-  c.loss.clip_ratio_low = 0.2
-  c.loss.clip_ratio_high = 0.2
-  c.loss.clip_ratio_c = 3.0
-  c.loss.kl_coef = 0.0
-  c.loss.kl_type = "low_var_kl"
-  c.loss.entropy_coef = 0.0
-  c.loss.loss_agg_mode = "token-mean"
-  c.loss.pg_loss_coef = 1.0
-
-  c.optim = ml_collections.ConfigDict()
-  c.optim.learning_rate = 1e-4         # 2e-4 degraded the warm start, 5e-5 left it unchanged (docs/results.md)
-  c.optim.warmup_steps = 0
-  c.optim.weight_decay = 0.01
-  c.optim.grad_clip = 1.0
-
-  c.validation = ml_collections.ConfigDict()
-  c.validation.num_tasks = 48          # the fixed panel: the first N games of the validation split
-  c.validation.attempts = 2            # episodes per panel problem (pass@k needs k <= attempts)
-  c.validation.temperature = 0.4
-  c.validation.every = 4               # GRPO iterations between validations; each one saves a checkpoint
-
-  c.checkpoint = ml_collections.ConfigDict()
-  c.checkpoint.keep = 0                # 0 keeps every checkpoint (the teacher pool); k keeps the newest k + best
-
-  c.logging = ml_collections.ConfigDict()
-  c.logging.tensorboard = True
-  c.logging.plot = True
   return c
 
 
-def _paper(variant: str) -> ml_collections.ConfigDict:
-  c = _cpu()
+def _paper(variant: str):
+  c = defaults.paper_overrides(_cpu(), PAPER_MODELS[variant])
   c.workdir = f"runs/alfworld_{variant}"
-  c.model.preset = PAPER_MODELS[variant]
-  c.model.param_dtype = "bfloat16"
   c.env.data_root = ""                 # set to the real $ALFWORLD_DATA download
   c.env.generate_scenes = ()           # generated games (no data_root): every scene
   c.env.generate_distractors = (6, 12)
   c.env.task_types = ("pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep",
                       "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep", "pick_two_obj_and_place")
-  c.env.compact_prompt = False
-  c.env.num_workers = 16
   c.rollout.max_steps = 50
-  c.rollout.max_prompt_tokens = 2048
-  c.rollout.max_response_tokens = 512
-  c.sft.steps = 0
-  c.sft.train_on_prompt = False
-  c.grpo.iterations = 150
-  c.grpo.tasks_per_iteration = 16
-  c.grpo.group_size = 8
-  c.grpo.mini_batch_size = 256
-  c.grpo.micro_batch_size = 32
-  c.loss.kl_coef = 0.01
-  c.loss.entropy_coef = 0.001
-  c.optim.learning_rate = 1e-6
-  if variant.startswith("qwen3"):
-    c.model.chat_template_kwargs = ml_collections.ConfigDict({"enable_thinking": False})  # as the verl-agent runs
-  c.validation.num_tasks = 128
-  c.validation.every = 5
   return c
 
 
-def get_config(arg: str = "cpu") -> ml_collections.ConfigDict:
+def get_config(arg: str = "cpu"):
   variant = arg or "cpu"
   if variant == "cpu":
     return _cpu()

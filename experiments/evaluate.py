@@ -11,7 +11,6 @@ import json
 import os
 
 from absl import app, flags
-from absl import logging as absl_logging
 from ml_collections import config_flags
 
 from agentopd_jax.eval.report import evaluation_summary, write_report
@@ -19,7 +18,13 @@ from agentopd_jax.eval.validate import validate
 from agentopd_jax.models.loading import load_model_and_tokenizer
 from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.training import data
-from agentopd_jax.training.trainer import checkpoint_policy, rollout_engine, validation_key, validation_sampling
+from agentopd_jax.training.logging import configure_cli_logging
+from agentopd_jax.training.trainer import (
+  checkpoint_policy,
+  rollout_engine,
+  validation_key,
+  validation_sampling,
+)
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/alfworld.py", "Run config.", lock_config=True)
 _STEP = flags.DEFINE_string("step", "best", "checkpoint step of config.workdir: an integer, 'best' or 'latest'")
@@ -42,12 +47,12 @@ def _params(c, mesh):
 
 def main(argv):
   del argv
-  absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every restore at INFO
+  configure_cli_logging()
   c = _CONFIG.value
   mesh = make_mesh(tuple(c.mesh_shape))
   config, params, tokenizer, label = _params(c, mesh)
   attempts = _ATTEMPTS.value or c.validation.attempts
-  _, valid_games = data.alfworld_games(c.env, c.seed)
+  _, valid_games = data.env_tasks(c.env, c.seed)
   panel = valid_games[:c.validation.num_tasks]
   engine = rollout_engine(c, config, tokenizer, mesh, len(panel) * attempts)
   try:
@@ -58,7 +63,7 @@ def main(argv):
   summary = evaluation_summary(records, outcomes, ks=ks)
   summary["evaluated"] = label
   json_path, md_path = write_report(summary, _OUT.value or os.path.join(c.workdir, "eval"),
-                                    title=f"ALFWorld evaluation: {label}")
+                                    title=f"{c.env.name} evaluation: {label}")
   print(json.dumps({"success_rate": summary["success_rate"], "json": json_path, "markdown": md_path}))
 
 

@@ -6,19 +6,21 @@ Replays the config's expert (`sft.expert`) on the first `games` validation-panel
 step-wise prompts and prints, per verb of the expert's action, how often the checkpoint's argmax is the verb and the
 whole reply, and the verb's mean probability (JSON). See `agentopd_jax/eval/probe.py`.
 """
-import functools
 import json
 
 from absl import app, flags
-from absl import logging as absl_logging
 from ml_collections import config_flags
 
-from agentopd_jax.envs.alfworld.env import AlfworldEnv
 from agentopd_jax.eval.probe import demo_accuracy
 from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.rollout.demonstrations import demonstration_samples
 from agentopd_jax.training import data
-from agentopd_jax.training.trainer import chat_format, checkpoint_policy, text_env_factory
+from agentopd_jax.training.logging import configure_cli_logging
+from agentopd_jax.training.trainer import (
+  chat_format,
+  checkpoint_policy,
+  text_env_factory,
+)
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/alfworld.py", "Run config.", lock_config=True)
 _STEP = flags.DEFINE_string("step", "0", "checkpoint step of config.workdir: an integer, 'best' or 'latest'")
@@ -27,14 +29,14 @@ _GAMES = flags.DEFINE_integer("games", 40, "validation-panel games whose expert 
 
 def main(argv):
   del argv
-  absl_logging.set_verbosity(absl_logging.WARNING)
+  configure_cli_logging()
   c = _CONFIG.value
   mesh = make_mesh(tuple(c.mesh_shape))
   config, params, tokenizer, step = checkpoint_policy(c, _STEP.value, mesh)
-  _, valid_games = data.alfworld_games(c.env, c.seed)
-  expert = functools.partial(data.expert_actions, expert=c.sft.expert)
-  demos = demonstration_samples(AlfworldEnv(c.env.engine), text_env_factory(c), chat_format(c, tokenizer),
-                                valid_games[:_GAMES.value], expert, layout="step")
+  _, valid_games = data.env_tasks(c.env, c.seed)
+  demos = demonstration_samples(data.env_factory(c.env, c.rollout.max_steps)(), text_env_factory(c),
+                                chat_format(c, tokenizer), valid_games[:_GAMES.value],
+                                data.expert_policy(c.env, c.sft.expert), layout="step")
   print(json.dumps({"workdir": c.workdir, "step": step, "expert": c.sft.expert,
                     "verbs": demo_accuracy(config, params, demos, tokenizer)}, indent=2))
 

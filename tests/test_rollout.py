@@ -185,3 +185,16 @@ def test_chat_template_kwargs_reach_every_turn():
   assert tokenizer.decode(default.prompt_ids("hi")).endswith("assistant\n")
   assert tokenizer.decode(quiet.turn_ids("obs", reply_ended_with_eos=True)).endswith("<think>\n\n</think>\n\n")
   assert "<think>" not in tokenizer.decode(default.turn_ids("obs", reply_ended_with_eos=True))
+
+
+
+def test_demonstrations_keep_only_the_episodes_the_expert_wins(setup):
+  games, tokenizer, *_ = setup
+  chat = ChatFormat(tokenizer)
+  view = functools.partial(make_text_env, "alfworld", compact=True)
+  lose = {games[1]}  # this game's "expert" only looks around, which never wins
+  expert = lambda game: ["look"] if game in lose else _walkthrough(game)  # noqa: E731
+  demos = demonstration_samples(AlfworldEnv("fast"), view, chat, games[:2], expert)
+  assert {s.problem_id for s in demos} == {games[0]} and all(s.won for s in demos)
+  with pytest.raises(ValueError, match="won none"):
+    demonstration_samples(AlfworldEnv("fast"), view, chat, games[1:2], expert)

@@ -2,20 +2,26 @@
 
 A demonstration replays an expert's action list through the same env and `TextEnv` the policy will face, so SFT
 sees byte-identical prompts, history rendering and chat layout to the later RL rollouts; only the replies are
-written by `TextEnv.demo_reply` instead of sampled.
+written by `TextEnv.demo_reply` instead of sampled. Only episodes the expert wins are imitated: WebShop's oracle
+cannot win the few goals whose options WebShop's own matcher rejects (envs/webshop/reward.py), and a lost
+demonstration teaches nothing worth copying.
 """
 from __future__ import annotations
 
+import logging
 from typing import Callable, Iterable, List, Sequence
 
 from agentopd_jax.rollout.chat import ChatFormat
 from agentopd_jax.rollout.types import Sample
 
+logger = logging.getLogger(__name__)
+
 
 def demonstration_samples(env, text_env_factory: Callable[[], object], chat: ChatFormat, tasks: Iterable,
                           expert_actions: Callable[[object], Sequence[str]], layout: str = "step") -> List[Sample]:
-  """Samples of every task's expert episode; `env` is one in-process env (reset(task) / step(action))."""
+  """Samples of every task's expert episode that the expert wins; `env` is one in-process env (reset / step)."""
   out: List[Sample] = []
+  lost = []
   for traj_id, task in enumerate(tasks):
     obs, infos = env.reset(task)
     view = text_env_factory()
@@ -31,7 +37,8 @@ def demonstration_samples(env, text_env_factory: Callable[[], object], chat: Cha
       if done:
         break
     if not won:
-      raise ValueError(f"the expert's actions for {task} do not win the game; refusing to imitate them")
+      lost.append(str(task))
+      continue
     if layout == "step":
       for t, (prompt, reply) in enumerate(steps):
         ids = chat.reply_ids(reply)
@@ -53,4 +60,8 @@ def demonstration_samples(env, text_env_factory: Callable[[], object], chat: Cha
                         behaviour_logprobs=[0.0] * len(completion), group_id=traj_id, problem_id=str(task),
                         traj_id=traj_id, step_index=-1, action_valid=1.0, episode_reward=reward, won=won,
                         prompt_text=steps[0][0]))
+  if lost:
+    logger.warning("skipped %d expert episodes that do not win (first: %s)", len(lost), lost[0])
+  if not out:
+    raise ValueError(f"the expert won none of the {len(lost)} demonstration tasks; nothing to imitate")
   return out

@@ -19,7 +19,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import jax
 
 from agentopd_jax.rollout.chat import ChatFormat
-from agentopd_jax.rollout.types import LAYOUTS, EpisodeResult, Sample
+from agentopd_jax.rollout.types import EPISODE_INFO_KEYS, LAYOUTS, EpisodeResult, Sample
 from agentopd_jax.sampling.sampler import Sampler, SampleOutput, SamplingParams
 
 
@@ -57,7 +57,11 @@ class _Episode:
     self.done = False
     self.reward, self.won, self.length, self.valid = 0.0, False, 0, 0
     self.truncated, self.failed, self.error = False, False, None
+    self.info: Dict = {}
     self.samples: List[Sample] = []
+
+  def keep_info(self, infos: Dict):
+    self.info.update({k: infos[k] for k in EPISODE_INFO_KEYS if k in infos})
 
   def fail(self, infos: Dict):
     self.done, self.failed, self.error = True, True, infos.get("error", "env failed")
@@ -65,7 +69,7 @@ class _Episode:
   def result(self) -> EpisodeResult:
     return EpisodeResult(problem_id=self.problem_id, group_id=self.group_id, traj_id=self.traj_id, won=self.won,
                          reward=self.reward, length=self.length, valid_actions=self.valid,
-                         truncated=self.truncated, env_failed=self.failed, error=self.error)
+                         truncated=self.truncated, env_failed=self.failed, error=self.error, info=dict(self.info))
 
 
 class RolloutEngine:
@@ -98,6 +102,7 @@ class RolloutEngine:
       if info.get("env_failed"):
         ep.fail(info)
       else:
+        ep.keep_info(info)
         ep.view.begin(o, info)
     run = self._run_steps if self.config.layout == "step" else self._run_trajectories
     run(params, episodes, key, sampling, timer)
@@ -123,6 +128,7 @@ class RolloutEngine:
       reward, won = ep.view.reward(scores[i], dones[i], infos[i])
       ep.reward += reward
       ep.won = ep.won or won
+      ep.keep_info(infos[i])
       ep.view.observe(action, obs[i], infos[i])
       ep.done = bool(dones[i])
 

@@ -8,9 +8,12 @@ log-probs are the sampler's own, never re-tokenised text, so the trainer scores 
 from __future__ import annotations
 
 import dataclasses
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 LAYOUTS = ("step", "trajectory")
+# Env infos an episode keeps (their latest values) for env-specific metrics: WebShop's raw purchase score, a search
+# question's data source and the number of searches it made.
+EPISODE_INFO_KEYS = ("task_score", "data_source", "tool_calls")
 
 
 @dataclasses.dataclass
@@ -55,3 +58,4 @@ class EpisodeResult:
   truncated: bool = False           # stopped by the step/token budget, not by the env
   env_failed: bool = False
   error: Optional[str] = None
+  info: Dict[str, Any] = dataclasses.field(default_factory=dict)  # EPISODE_INFO_KEYS found in the env's infos

@@ -1,17 +1,23 @@
-"""Which games a run plays: the training pool, the fixed validation panel, and each iteration's task draw.
+"""What a run plays, per env (`env.name`): the training pool and validation tasks, the env-worker factory, the expert
+whose demonstrations warm-start the policy, and each iteration's task draw.
 
-With no `env.data_root` the games are generated (deterministically from the seed) into the cache, so the default
-run needs no download. The draw for iteration i is a pure function of (seed, i): a resumed run replays the same
-tasks as an uninterrupted one without storing any data-loader state.
+  alfworld  game files; with no `env.data_root` generated (deterministically from the seed) into the cache
+  webshop   goal indices of a shop (generated catalogue, or WebShop's files in `env.data_dir`): validation draws from
+            goals [0, 500), training from the rest, as verl-agent
+  search    SearchTask questions: the bundled encyclopedia's train/test splits, or Search-R1 files
+            (`env.train_file`, `env.test_file`)
+So the default runs need no download. The draw for iteration i is a pure function of (seed, i): a resumed run replays
+the same tasks as an uninterrupted one without storing any data-loader state.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import zlib
 from pathlib import Path
-from typing import List, Sequence, Tuple
+from typing import Callable, List, Sequence, Tuple
 
 import numpy as np
 
@@ -72,6 +78,95 @@ def expert_actions(gamefile: str, expert: str = "planner") -> List[str]:
   if expert == "planner":
     return solve(engine)
   return explore_then_solve(engine, seed=zlib.crc32(gamefile.encode()))
+
+
+# --------------------------------------------------------------------------------------------------- WebShop
+def _webshop_shop_args(env_cfg) -> dict:
+  return dict(num_products=env_cfg.num_products, catalog_seed=env_cfg.catalog_seed,
+              data_dir=env_cfg.data_dir or None, human_goals=env_cfg.human_goals)
+
+
+def webshop_goals(env_cfg) -> Tuple[List[int], List[int]]:
+  """(training goal indices, validation goal indices): verl-agent trains on goals [500, N) and validates on [0, 500)."""
+  from agentopd_jax.envs.webshop.env import build_shop
+  from agentopd_jax.envs.webshop.goals import split_indices
+
+  n = len(build_shop(**_webshop_shop_args(env_cfg)).goals)
+  return list(split_indices(n, "train")), list(split_indices(n, "test"))
+
+
+def _webshop_expert(shop_args: dict, goal: int) -> List[str]:
+  from agentopd_jax.envs.webshop.env import build_shop
+  from agentopd_jax.envs.webshop.expert import plan
+
+  return plan(build_shop(**shop_args), goal) or []  # [] (no plan found): the demonstration is skipped
+
+
+# --------------------------------------------------------------------------------------------------- Search-QA
+def search_questions(env_cfg) -> Tuple[list, list]:
+  """(training questions, validation questions). The bundled test split is shuffled once (fixed seed) so a panel of
+  the first N mixes the seven data sources instead of taking N questions of the first one."""
+  from agentopd_jax.envs.search import bundled_tasks, load_tasks
+
+  train = load_tasks(env_cfg.train_file) if env_cfg.train_file else bundled_tasks("train", seed=env_cfg.world_seed)
+  test = load_tasks(env_cfg.test_file) if env_cfg.test_file else bundled_tasks("test", seed=env_cfg.world_seed)
+  test = [test[i] for i in np.random.default_rng(0).permutation(len(test))]
+  return list(train), test
+
+
+def _search_env_kwargs(env_cfg) -> dict:
+  return dict(search_url=env_cfg.search_url or None, corpus=env_cfg.corpus or None, seed=env_cfg.world_seed,
+              topk=env_cfg.topk, obs_format=env_cfg.obs_format, max_turns=env_cfg.max_turns)
+
+
+def _search_expert(env_kwargs: dict, task) -> List[str]:
+  from agentopd_jax.envs.search import SearchEnv, play
+
+  actions, _, _ = play(SearchEnv(**env_kwargs), task)
+  return actions
+
+
+# --------------------------------------------------------------------------------------------------- dispatch
+ENVS = ("alfworld", "webshop", "search")
+
+
+def _check_env(name: str):
+  if name not in ENVS:
+    raise ValueError(f"env.name must be one of {ENVS}, got {name!r}")
+
+
+def env_tasks(env_cfg, seed: int) -> Tuple[list, list]:
+  """(training tasks, validation tasks) of the configured env; the panel is the first `validation.num_tasks`."""
+  _check_env(env_cfg.name)
+  if env_cfg.name == "alfworld":
+    return alfworld_games(env_cfg, seed)
+  if env_cfg.name == "webshop":
+    return webshop_goals(env_cfg)
+  return search_questions(env_cfg)
+
+
+def env_factory(env_cfg, max_steps: int) -> Callable[[], object]:
+  """A picklable zero-arg env constructor for the vector-env workers (and for in-process demonstrations)."""
+  _check_env(env_cfg.name)
+  if env_cfg.name == "alfworld":
+    from agentopd_jax.envs.alfworld.env import AlfworldEnv
+    return functools.partial(AlfworldEnv, env_cfg.engine, max_steps)
+  if env_cfg.name == "webshop":
+    from agentopd_jax.envs.webshop.env import WebshopEnv
+    return functools.partial(WebshopEnv, **_webshop_shop_args(env_cfg), max_steps=max_steps)
+  from agentopd_jax.envs.search import SearchEnv
+  return functools.partial(SearchEnv, **_search_env_kwargs(env_cfg))
+
+
+def expert_policy(env_cfg, expert: str) -> Callable[[object], List[str]]:
+  """task -> the expert's actions, for the SFT warm start. ALFWorld: `expert` ("explorer" or "planner"); WebShop and
+  Search have one expert each (the oracle shopper, the oracle searcher), so `expert` only applies to ALFWorld."""
+  _check_env(env_cfg.name)
+  if env_cfg.name == "alfworld":
+    return functools.partial(expert_actions, expert=expert)
+  if env_cfg.name == "webshop":
+    return functools.partial(_webshop_expert, _webshop_shop_args(env_cfg))
+  return functools.partial(_search_expert, _search_env_kwargs(env_cfg))
 
 
 def iteration_tasks(pool: Sequence[str], n: int, seed: int, iteration: int) -> List[str]:

@@ -203,3 +203,14 @@ def progress(iterable_or_total: Iterable | int, desc: str | None = None, **kwarg
   if isinstance(iterable_or_total, int):
     return tqdm(total=iterable_or_total, desc=desc, **kwargs)
   return tqdm(iterable_or_total, desc=desc, **kwargs)
+
+
+def configure_cli_logging():
+  """What the experiment scripts print: our progress at INFO; libraries at WARNING (orbax logs every save and restore
+  at INFO through absl)."""
+  import logging
+
+  from absl import logging as absl_logging
+
+  absl_logging.set_verbosity(absl_logging.WARNING)
+  logging.getLogger("agentopd_jax").setLevel(logging.INFO)

@@ -22,7 +22,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agentopd_jax.envs.alfworld.env import AlfworldEnv
 from agentopd_jax.envs.vector import VectorEnv, group_tasks
 from agentopd_jax.envs.verl_agent.metrics import episode_metrics
 from agentopd_jax.eval.validate import episode_record, validate
@@ -72,8 +71,7 @@ def chat_format(c, tokenizer) -> ChatFormat:
 
 def rollout_engine(c, model, tokenizer, mesh, num_envs: int) -> RolloutEngine:
   """The configured env, prompts and sampler over `num_envs` env workers (close with `engine.env.close()`)."""
-  envs = VectorEnv(functools.partial(AlfworldEnv, c.env.engine, c.rollout.max_steps),
-                   min(c.env.num_workers, num_envs), num_envs)
+  envs = VectorEnv(data.env_factory(c.env, c.rollout.max_steps), min(c.env.num_workers, num_envs), num_envs)
   sampler = Sampler(model, tokenizer, pad_id=tokenizer.pad_token_id or 0, mesh=mesh)
   return RolloutEngine(sampler, tokenizer, envs, text_env_factory(c), config_dataclass(RolloutConfig, c.rollout),
                        chat_format(c, tokenizer))
@@ -114,7 +112,7 @@ class Run:
     self.mesh = make_mesh(tuple(c.mesh_shape))
     self.model, self.init_params, self.tokenizer = load_model_and_tokenizer(c.model, c.tokenizer_path, c.seed,
                                                                             self.mesh)
-    self.train_games, valid_games = data.alfworld_games(c.env, c.seed)
+    self.train_games, valid_games = data.env_tasks(c.env, c.seed)
     self.panel = valid_games[:c.validation.num_tasks]
     n_train = c.grpo.tasks_per_iteration * c.grpo.group_size
     self.train_engine = rollout_engine(c, self.model, self.tokenizer, self.mesh, n_train)
@@ -140,9 +138,9 @@ class Run:
     `sft.train_on_prompt`."""
     c = self.c
     engine = self.train_engine
-    demos = demonstration_samples(AlfworldEnv(c.env.engine), engine.text_env_factory, engine.chat,
-                                  self.train_games[:c.sft.demos],
-                                  functools.partial(data.expert_actions, expert=c.sft.expert), c.rollout.layout)
+    demos = demonstration_samples(data.env_factory(c.env, c.rollout.max_steps)(), engine.text_env_factory,
+                                  engine.chat, self.train_games[:c.sft.demos],
+                                  data.expert_policy(c.env, c.sft.expert), c.rollout.layout)
     if c.sft.lr_schedule not in ("cosine", "constant"):
       raise ValueError(f"sft.lr_schedule must be 'cosine' or 'constant', got {c.sft.lr_schedule!r}")
     decay = max(c.sft.steps - c.sft.warmup_steps, 0) if c.sft.lr_schedule == "cosine" else 0

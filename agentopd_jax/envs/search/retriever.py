@@ -8,6 +8,7 @@ term gets an empty list. bm25s is imported when an index is built, so importing 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
@@ -41,6 +42,8 @@ class BM25Retriever:
   def __init__(self, docs: Sequence[Mapping[str, str]], default_topk: int = 3):
     import bm25s
     from bm25s.tokenization import Tokenizer
+
+    logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets DEBUG on import and logs every index build
 
     if not docs:
       raise ValueError("BM25Retriever needs a non-empty corpus")

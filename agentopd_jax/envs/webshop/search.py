@@ -11,12 +11,15 @@ products, or every product with that attribute, category or query.
 """
 from __future__ import annotations
 
+import logging
 import random
 import re
 from typing import List, Sequence
 
 import bm25s
 import numpy as np
+
+logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets DEBUG on import and logs every index build
 
 SEARCH_RETURN_N = 50
 BM25_K1, BM25_B = 0.9, 0.4  # pyserini's LuceneSearcher defaults

@@ -1,0 +1,118 @@
+"""The env-agnostic part of a run config (model, rollout, SFT, GRPO, loss, optimizer, validation, checkpoints,
+logging), shared by `configs/alfworld.py`, `configs/webshop.py` and `configs/searchqa.py`.
+
+The values are the CPU default (tiny model, built-in tokenizer, SFT warm start then GRPO), tuned on ALFWorld
+(docs/results.md); each env config sets its `env` section and overrides what its episodes need. Paper presets
+start from here too, so a field exists in every config and an override of it is never an unknown-key error.
+"""
+import ml_collections
+
+
+def cpu_base(env_name: str) -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.seed = 0
+  c.workdir = f"runs/{env_name}_cpu"
+  c.mesh_shape = (-1, 1, 1)            # (data, fsdp, tensor)
+
+  c.model = ml_collections.ConfigDict()
+  c.model.preset = "tiny"              # used when model.path is empty (random init)
+  c.model.path = ""                    # local HF folder (config.json + *.safetensors + tokenizer)
+  c.model.param_dtype = ""
+  c.model.chat_template_kwargs = ml_collections.ConfigDict()  # e.g. enable_thinking=False (Qwen3)
+  c.tokenizer_path = ""                # "" -> model.path's tokenizer, else the built-in one
+
+  c.env = ml_collections.ConfigDict()  # the env config adds its own fields
+  c.env.name = env_name
+  c.env.history_length = 2
+  c.env.compact_prompt = True          # the compact template (no <think>), suited to a tiny model
+  c.env.prompt_flavor = "verl-agent"
+  c.env.invalid_penalty = 0.1
+  c.env.num_workers = 2                # env worker processes
+
+  c.rollout = ml_collections.ConfigDict()
+  c.rollout.layout = "step"            # "step" (verl-agent) or "trajectory" (verl-tool)
+  c.rollout.max_steps = 10
+  c.rollout.max_prompt_tokens = 1024
+  c.rollout.max_response_tokens = 24
+  c.rollout.max_observation_tokens = 500
+  c.rollout.max_total_tokens = 4096
+  c.rollout.temperature = 1.0
+  c.rollout.top_p = 1.0
+  c.rollout.top_k = 0
+
+  c.sft = ml_collections.ConfigDict()
+  c.sft.steps = 330                    # 0 skips the warm start
+  c.sft.demos = 1200                   # expert episodes from the training split (diverse demos generalise)
+  c.sft.batch_size = 16                # small batches, many steps: copying from the context forms with steps
+  c.sft.micro_batch_size = 16
+  c.sft.learning_rate = 2e-3
+  c.sft.warmup_steps = 10
+  c.sft.lr_schedule = "cosine"         # "cosine" (decays to 0.1x by the last step) or "constant"
+  c.sft.train_on_prompt = True         # loss on every token of a demonstration, not only on the replies
+  c.sft.reply_weight = 20.0            # with train_on_prompt: loss weight of reply tokens relative to the rest
+  c.sft.expert = "explorer"            # ALFWorld's expert: "explorer" (searches; imitable) or "planner"
+
+  c.grpo = ml_collections.ConfigDict()
+  c.grpo.iterations = 8
+  c.grpo.tasks_per_iteration = 4
+  c.grpo.group_size = 8                # 8 attempts per task: groups with a win are common at ~10 % success
+  c.grpo.advantage = "grpo"            # registry key: "grpo" (mean_std_norm) or "grpo_mean_norm"
+  c.grpo.mini_batch_size = 160         # samples per optimizer step (rows padded up to a multiple)
+  c.grpo.micro_batch_size = 32
+
+  c.loss = ml_collections.ConfigDict()
+  c.loss.objective = "grpo"
+  c.loss.clip_ratio_low = 0.2
+  c.loss.clip_ratio_high = 0.2
+  c.loss.clip_ratio_c = 3.0
+  c.loss.kl_coef = 0.0
+  c.loss.kl_type = "low_var_kl"
+  c.loss.entropy_coef = 0.0
+  c.loss.loss_agg_mode = "token-mean"
+  c.loss.pg_loss_coef = 1.0
+
+  c.optim = ml_collections.ConfigDict()
+  c.optim.learning_rate = 1e-4         # 2e-4 degraded the warm start, 5e-5 left it unchanged (docs/results.md)
+  c.optim.warmup_steps = 0
+  c.optim.weight_decay = 0.01
+  c.optim.grad_clip = 1.0
+
+  c.validation = ml_collections.ConfigDict()
+  c.validation.num_tasks = 48          # the fixed panel: the first N tasks of the validation split
+  c.validation.attempts = 2            # episodes per panel problem (pass@k needs k <= attempts)
+  c.validation.temperature = 0.4
+  c.validation.every = 4               # GRPO iterations between validations; each one saves a checkpoint
+
+  c.checkpoint = ml_collections.ConfigDict()
+  c.checkpoint.keep = 0                # 0 keeps every checkpoint (the teacher pool); k keeps the newest k + best
+
+  c.logging = ml_collections.ConfigDict()
+  c.logging.tensorboard = True
+  c.logging.plot = True
+  return c
+
+
+def paper_overrides(c: ml_collections.ConfigDict, preset: str) -> ml_collections.ConfigDict:
+  """The verl-agent / SDAR paper setting on pretrained weights: no SFT, lr 1e-6, KL 0.01, entropy 0.001, 16 tasks x
+  8 group, rollout T=1.0, validation on 128 tasks at T=0.4, prompt/response 2048/512, full templates."""
+  c.model.preset = preset
+  c.model.param_dtype = "bfloat16"
+  c.env.compact_prompt = False
+  c.env.num_workers = 16
+  c.rollout.max_prompt_tokens = 2048
+  c.rollout.max_response_tokens = 512
+  c.sft.steps = 0
+  c.sft.train_on_prompt = False
+  c.grpo.iterations = 150
+  c.grpo.tasks_per_iteration = 16
+  c.grpo.group_size = 8
+  c.grpo.mini_batch_size = 256
+  c.grpo.micro_batch_size = 32
+  c.loss.kl_coef = 0.01
+  c.loss.entropy_coef = 0.001
+  c.optim.learning_rate = 1e-6
+  if preset.startswith("qwen3"):
+    c.model.chat_template_kwargs = ml_collections.ConfigDict({"enable_thinking": False})  # as the verl-agent runs
+  c.validation.num_tasks = 128
+  c.validation.every = 5
+  return c

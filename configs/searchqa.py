@@ -1,0 +1,47 @@
+"""GRPO on search-QA: `python experiments/train.py --config=configs/searchqa.py[:VARIANT]`.
+
+Variants: cpu (default): tiny model + built-in tokenizer + the bundled encyclopedia and questions with in-process
+BM25, SFT on the oracle searcher's episodes, then GRPO; qwen2p5_3b / qwen2p5_7b / qwen3_1p7b: the verl-agent setting
+(4 turns, history 4, invalid penalty 0.01, top-3 passages), weights from `--config.model.path`.
+A retrieval server (ours: `python -m agentopd_jax.envs.search.server`, or Search-R1's e5 one):
+`--config.env.search_url=http://127.0.0.1:8000/retrieve`. Search-R1's data files: `--config.env.train_file=...`.
+"""
+from agentopd_jax.training import defaults
+
+PAPER_MODELS = {"qwen2p5_3b": "qwen2.5-3b", "qwen2p5_7b": "qwen2.5-7b", "qwen3_1p7b": "qwen3-1.7b"}
+
+
+def _cpu():
+  c = defaults.cpu_base("search")
+  c.env.search_url = ""                # "" -> an in-process BM25 index per env worker
+  c.env.corpus = ""                    # wiki-18 style JSONL; "" -> the bundled encyclopedia of world_seed
+  c.env.world_seed = 0                 # the encyclopedia and questions are fixed across run seeds, like a dataset
+  c.env.train_file = ""                # Search-R1 parquet/JSONL rows; "" -> the bundled train split
+  c.env.test_file = ""
+  c.env.topk = 3
+  c.env.obs_format = "verl-agent"      # or "search-r1" (its loop and <information> text)
+  c.env.max_turns = 4
+  c.env.history_length = 4
+  c.env.invalid_penalty = 0.01
+  c.rollout.max_steps = 4
+  c.rollout.max_prompt_tokens = 1536
+  c.rollout.max_response_tokens = 32
+  c.sft.demos = 1200
+  return c
+
+
+def _paper(variant: str):
+  c = defaults.paper_overrides(_cpu(), PAPER_MODELS[variant])
+  c.workdir = f"runs/searchqa_{variant}"
+  c.rollout.max_prompt_tokens = 4096
+  c.rollout.max_response_tokens = 500
+  return c
+
+
+def get_config(arg: str = "cpu"):
+  variant = arg or "cpu"
+  if variant == "cpu":
+    return _cpu()
+  if variant in PAPER_MODELS:
+    return _paper(variant)
+  raise ValueError(f"unknown configs/searchqa.py variant {variant!r}; choose cpu or one of {sorted(PAPER_MODELS)}")
