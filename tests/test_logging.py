@@ -72,6 +72,25 @@ def test_resume_appends_and_truncates(tmp_path):
   assert [r["step"] for r in records] == [1, 2, 3, 4] and records[-1]["loss"] == 40.0
 
 
+def test_resume_keeps_phases_on_their_own_step_axis(tmp_path):
+  """SFT steps (own axis, own TensorBoard folder) survive a resume that truncates GRPO iterations after step 1."""
+  with MetricsLogger(tmp_path) as log:
+    for step in range(1, 4):
+      log.log(step, {"nll": float(step)}, phase="sft")
+    for step in range(0, 3):
+      log.log(step, {"loss": float(step)}, phase="train")
+  with MetricsLogger(tmp_path) as log:
+    assert log.truncate_after(1, phases=("train", "val")) == 1
+    log.log(2, {"loss": 20.0})
+  records = read_metrics(tmp_path)
+  assert [(r["phase"], r["step"]) for r in records] == [("sft", 1), ("sft", 2), ("sft", 3), ("train", 0),
+                                                        ("train", 1), ("train", 2)]
+  assert len(_event_files(tmp_path / "sft")) == 1 and len(_event_files(tmp_path)) == 2  # only the main run purged
+  with MetricsLogger(tmp_path, use_tensorboard=False) as log:  # a restart from scratch drops everything
+    assert log.truncate_after(-1) == 6
+  assert read_metrics(tmp_path) == []
+
+
 def test_tensorboard_scalars_and_purge(tmp_path):
   with MetricsLogger(tmp_path) as log:
     log.log(1, {"loss": 0.25, "episode/success_rate": 0.5}, phase="train")

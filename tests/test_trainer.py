@@ -109,8 +109,10 @@ def test_killed_run_resumes_to_identical_parameters(tmp_path, games_root, uninte
   resumed, reference = _params(workdir, ITERATIONS), _params(uninterrupted, ITERATIONS)
   for a, b in zip(jax.tree.leaves(resumed), jax.tree.leaves(reference)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-6)
-  train = [r for r in read_metrics(os.path.join(workdir, "logs")) if r["phase"] == "train"]
+  records = read_metrics(os.path.join(workdir, "logs"))
+  train = [r for r in records if r["phase"] == "train"]
   assert [r["step"] for r in train] == list(range(1, ITERATIONS + 1))  # no duplicated steps after the resume
+  assert [r["step"] for r in records if r["phase"] == "sft"] == [1, 2]  # the warm start's curve survives it
 
 
 def test_hf_folder_and_trajectory_layout(tmp_path, games_root):

@@ -49,12 +49,13 @@ def _drop_torn_tail(path: Path) -> None:
 class MetricsLogger:
   """Appends one JSON line per `log` call to `log_dir/metrics.jsonl` and mirrors numbers to TensorBoard.
 
-  Append mode lets a resumed run continue the same file; call `truncate_after(checkpoint_step)` first so steps
-  logged after that checkpoint by the crashed run are not plotted twice. TensorBoard tags are `phase/key`, except
+  Append mode lets a resumed run continue the same file; call `truncate_after(checkpoint_step, phases)` first so
+  steps logged after that checkpoint by the crashed run are not plotted twice. TensorBoard tags are `phase/key`, except
   keys already namespaced with "/" (verl-agent's `episode/...`, `val/...`), which are used as they are.
   """
 
-  def __init__(self, log_dir: str | os.PathLike, use_tensorboard: bool = True, flush_every: int = 1):
+  def __init__(self, log_dir: str | os.PathLike, use_tensorboard: bool = True, flush_every: int = 1,
+               own_axis_phases: Iterable[str] = ("sft",)):
     if flush_every < 1:
       raise ValueError(f"flush_every must be >= 1, got {flush_every}")
     self.log_dir = Path(log_dir)
@@ -62,22 +63,29 @@ class MetricsLogger:
     self.path = self.log_dir / METRICS_FILE
     self.use_tensorboard = use_tensorboard
     self.flush_every = flush_every
+    # Phases counted on their own step axis (SFT steps, not GRPO iterations) get their own TensorBoard run folder,
+    # since TensorBoard purges a resumed run's events by step across every tag of a folder.
+    self.own_axis_phases = tuple(own_axis_phases)
     _drop_torn_tail(self.path)
     self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115  (held open across log calls)
-    self._writer = None  # opened on first use, so a resume's purge step can still be set before it
-    self._purge_step: int | None = None
+    self._writers = {}  # TensorBoard folder -> writer, opened on first use so a resume's purge step can be set first
+    self._purge_steps: dict[Path, int] = {}
     self._pending = 0
 
-  def _tensorboard(self):
-    if self._writer is None:
+  def _tb_dir(self, phase: str) -> Path:
+    return self.log_dir / phase if phase in self.own_axis_phases else self.log_dir
+
+  def _tensorboard(self, phase: str):
+    folder = self._tb_dir(phase)
+    if folder not in self._writers:
       from tensorboardX import SummaryWriter
 
       # Event file names carry only the second and the host, and tensorboardX opens them with "wb": without a
       # unique suffix a writer reopened within the same second (a quick resume) would erase the earlier file.
       suffix = f".{uuid.uuid4().hex[:8]}"
-      self._writer = SummaryWriter(str(self.log_dir), purge_step=self._purge_step, filename_suffix=suffix)
-      self._purge_step = None
-    return self._writer
+      self._writers[folder] = SummaryWriter(str(folder), purge_step=self._purge_steps.pop(folder, None),
+                                            filename_suffix=suffix)
+    return self._writers[folder]
 
   def log(self, step: int, metrics: Mapping[str, Any], phase: str = "train") -> None:
     clash = [k for k in metrics if k in _RESERVED]
@@ -87,7 +95,7 @@ class MetricsLogger:
     record = {"step": int(step), "phase": phase, "time": time.time(), **values}
     self._file.write(json.dumps(record, allow_nan=False) + "\n")
     if self.use_tensorboard:
-      writer = self._tensorboard()
+      writer = self._tensorboard(phase)
       for key, value in metrics.items():
         if not isinstance(value, str) and value is not None:
           tag = key if "/" in key else f"{phase}/{key}"
@@ -98,33 +106,39 @@ class MetricsLogger:
 
   def flush(self) -> None:
     self._file.flush()
-    if self._writer is not None:
-      self._writer.flush()
+    for writer in self._writers.values():
+      writer.flush()
     self._pending = 0
 
-  def truncate_after(self, step: int) -> int:
-    """Drop JSONL lines with step > `step` (a resume from that checkpoint) and have TensorBoard hide the same
-    events (tensorboardX `purge_step`). Returns the number of lines dropped."""
+  def truncate_after(self, step: int, phases: Iterable[str] | None = None) -> int:
+    """Drop JSONL lines with step > `step` of `phases` (default: every phase) and have TensorBoard hide the same
+    events (tensorboardX `purge_step`). A resume from checkpoint N truncates its iteration phases after N; a restart
+    from scratch truncates everything after -1. Returns the number of lines dropped."""
+    chosen = None if phases is None else set(phases)
     self._file.close()
-    lines = self.path.read_text(encoding="utf-8").splitlines(keepends=True)
-    kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= step]
+    lines = [line for line in self.path.read_text(encoding="utf-8").splitlines(keepends=True) if line.strip()]
+    records = [json.loads(line) for line in lines]
+    kept = [line for line, r in zip(lines, records)
+            if r["step"] <= step or (chosen is not None and r["phase"] not in chosen)]
     tmp = self.path.with_suffix(".jsonl.tmp")
     tmp.write_text("".join(kept), encoding="utf-8")
     os.replace(tmp, self.path)  # atomic: a crash here leaves the old or the new file, never half of one
     self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
-    if self._writer is not None:
-      self._writer.close()
-      self._writer = None
-    self._purge_step = int(step) + 1
-    return len([line for line in lines if line.strip()]) - len(kept)
+    folders = {self._tb_dir(p) for p in chosen} if chosen is not None else (
+        {self.log_dir} | {self._tb_dir(p) for p in self.own_axis_phases})
+    for folder in folders:
+      if folder in self._writers:
+        self._writers.pop(folder).close()
+      self._purge_steps[folder] = int(step) + 1
+    return len(lines) - len(kept)
 
   def close(self) -> None:
     if not self._file.closed:
       self.flush()
       self._file.close()
-    if self._writer is not None:
-      self._writer.close()
-      self._writer = None
+    for writer in self._writers.values():
+      writer.close()
+    self._writers = {}
 
   def __enter__(self) -> Self:
     return self

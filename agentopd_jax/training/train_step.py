@@ -59,9 +59,12 @@ class OptimConfig:
                        f"{self.decay_steps} and {self.final_lr_ratio}")
 
 
-def learning_rate_schedule(cfg: OptimConfig) -> optax.Schedule:
+def learning_rate_schedule(cfg: OptimConfig) -> optax.ScalarOrSchedule:
   """Linear warmup from 0 over `warmup_steps`, then constant (verl's default) or, with `decay_steps`, a cosine decay
-  to `final_lr_ratio` x the peak (a fixed-length warm start ends at a lower loss)."""
+  to `final_lr_ratio` x the peak (a fixed-length warm start ends at a lower loss). A constant rate stays a plain
+  float, so the optimizer state has no schedule counter and older checkpoints restore into it."""
+  if not cfg.warmup_steps and not cfg.decay_steps:
+    return cfg.learning_rate
   after = (optax.cosine_decay_schedule(cfg.learning_rate, cfg.decay_steps, alpha=cfg.final_lr_ratio)
            if cfg.decay_steps else optax.constant_schedule(cfg.learning_rate))
   if not cfg.warmup_steps:

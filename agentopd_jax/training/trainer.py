@@ -220,6 +220,7 @@ def train(c) -> Dict:
   try:
     latest = run.pool.latest_step()
     if latest is None:
+      run.log.truncate_after(-1)  # lines of an attempt that crashed before its first checkpoint are redone
       params = run.sft() if c.sft.steps else jax.tree.map(jnp.copy, run.init_params)
       state = init_state(params, run.optimizer, jax.tree.map(jnp.copy, params) if run.use_reference else None,
                          run.mesh, run.model)
@@ -232,7 +233,7 @@ def train(c) -> Dict:
       reference = run.pool.restore_params(0, template.params) if run.use_reference else None
       state = template.replace(params=saved["params"], opt_state=saved["opt_state"], step=saved["step"],
                                reference_params=reference)
-      run.log.truncate_after(latest)
+      run.log.truncate_after(latest, phases=("train", "val"))  # SFT ended before checkpoint 0: its lines stay
       start = latest + 1
       logger.info("resumed from step %d of %s", latest, run.pool.directory)
     for iteration in progress(range(start, c.grpo.iterations + 1), desc="grpo", initial=start - 1,
