@@ -18,7 +18,8 @@ PAPER_MODELS = {"qwen2p5_3b": "qwen2.5-3b", "qwen2p5_7b": "qwen2.5-7b", "qwen3_1
 def _cpu():
   c = defaults.cpu_base("alfworld")
   c.env.engine = "fast"                # "fast" (pure Python) or "textworld" (the real engine)
-  c.env.data_root = ""                 # "" -> generate games under <cache>/alfworld_generated/seed<k>
+  c.env.data_root = ""                 # "" -> generate games into <cache>/alfworld_generated/
+  c.env.generate_seed = 0              # the generated games are fixed across run seeds, like a benchmark's
   c.env.generate_train = 1200          # games generated per split when data_root is empty (1200: ~10 s)
   c.env.generate_valid = 64
   c.env.generate_scenes = (225,)       # generate in these ALFRED scenes only (a living room with 8 receptacles)

@@ -52,7 +52,7 @@ def main(argv):
   mesh = make_mesh(tuple(c.mesh_shape))
   config, params, tokenizer, label = _params(c, mesh)
   attempts = _ATTEMPTS.value or c.validation.attempts
-  _, valid_games = data.env_tasks(c.env, c.seed)
+  _, valid_games = data.env_tasks(c.env)
   panel = valid_games[:c.validation.num_tasks]
   engine = rollout_engine(c, config, tokenizer, mesh, len(panel) * attempts)
   try:

@@ -33,7 +33,7 @@ def main(argv):
   c = _CONFIG.value
   mesh = make_mesh(tuple(c.mesh_shape))
   config, params, tokenizer, step = checkpoint_policy(c, _STEP.value, mesh)
-  _, valid_games = data.env_tasks(c.env, c.seed)
+  _, valid_games = data.env_tasks(c.env)
   demos = demonstration_samples(data.env_factory(c.env, c.rollout.max_steps)(), text_env_factory(c),
                                 chat_format(c, tokenizer), valid_games[:_GAMES.value],
                                 data.expert_policy(c.env, c.sft.expert), layout="step")

@@ -53,13 +53,13 @@ def test_paper_settings():
 
 
 def test_task_pools_follow_the_benchmarks_splits():
-  train, valid = data.env_tasks(_config("webshop").env, seed=0)
+  train, valid = data.env_tasks(_config("webshop").env)
   assert valid == list(range(500)) and train[0] == 500  # verl-agent: test goals [0, 500), training the rest
-  train, valid = data.env_tasks(_config("searchqa").env, seed=0)
+  train, valid = data.env_tasks(_config("searchqa").env)
   assert not {str(t) for t in train} & {str(t) for t in valid}
   assert len({t.data_source for t in valid[:48]}) >= 5  # the shuffled panel mixes the test sources
   with pytest.raises(ValueError, match="env.name"):
-    data.env_tasks(type("E", (), {"name": "minecraft"})(), seed=0)
+    data.env_tasks(type("E", (), {"name": "minecraft"})())
 
 
 def _cli(script, name, workdir, *extra):

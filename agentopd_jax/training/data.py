@@ -1,13 +1,15 @@
 """What a run plays, per env (`env.name`): the training pool and validation tasks, the env-worker factory, the expert
 whose demonstrations warm-start the policy, and each iteration's task draw.
 
-  alfworld  game files; with no `env.data_root` generated (deterministically from the seed) into the cache
+  alfworld  game files; with no `env.data_root` generated (deterministically from `env.generate_seed`) into the cache
   webshop   goal indices of a shop (generated catalogue, or WebShop's files in `env.data_dir`): validation draws from
             goals [0, 500), training from the rest, as verl-agent
   search    SearchTask questions: the bundled encyclopedia's train/test splits, or Search-R1 files
             (`env.train_file`, `env.test_file`)
-So the default runs need no download. The draw for iteration i is a pure function of (seed, i): a resumed run replays
-the same tasks as an uninterrupted one without storing any data-loader state.
+So the default runs need no download. The tasks are fixed across run seeds, as a benchmark's are, so seed-to-seed
+spread measures training randomness (init, data order, sampling), not a different task set per seed. The draw for
+iteration i is a pure function of (seed, i): a resumed run replays the same tasks as an uninterrupted one without
+storing any data-loader state.
 """
 from __future__ import annotations
 
@@ -31,12 +33,13 @@ def cache_dir() -> Path:
   return Path(os.environ.get("AGENTOPD_CACHE", "~/.cache/agentopd_jax")).expanduser()
 
 
-def alfworld_games(env_cfg, seed: int) -> Tuple[List[str], List[str]]:
+def alfworld_games(env_cfg) -> Tuple[List[str], List[str]]:
   """(training games, validation games) of the configured splits and task types."""
   root = env_cfg.data_root
   if not root:
     scene_numbers = tuple(env_cfg.generate_scenes) or None
     distractors = tuple(env_cfg.generate_distractors)
+    seed = env_cfg.generate_seed
     spec = json.dumps([seed, env_cfg.train_split, env_cfg.generate_train, env_cfg.valid_split, env_cfg.generate_valid,
                        sorted(env_cfg.task_types), scene_numbers]
                       + ([list(distractors)] if distractors != generator.DISTRACTOR_TYPES else []))
@@ -135,11 +138,11 @@ def _check_env(name: str):
     raise ValueError(f"env.name must be one of {ENVS}, got {name!r}")
 
 
-def env_tasks(env_cfg, seed: int) -> Tuple[list, list]:
+def env_tasks(env_cfg) -> Tuple[list, list]:
   """(training tasks, validation tasks) of the configured env; the panel is the first `validation.num_tasks`."""
   _check_env(env_cfg.name)
   if env_cfg.name == "alfworld":
-    return alfworld_games(env_cfg, seed)
+    return alfworld_games(env_cfg)
   if env_cfg.name == "webshop":
     return webshop_goals(env_cfg)
   return search_questions(env_cfg)

@@ -112,7 +112,7 @@ class Run:
     self.mesh = make_mesh(tuple(c.mesh_shape))
     self.model, self.init_params, self.tokenizer = load_model_and_tokenizer(c.model, c.tokenizer_path, c.seed,
                                                                             self.mesh)
-    self.train_games, valid_games = data.env_tasks(c.env, c.seed)
+    self.train_games, valid_games = data.env_tasks(c.env)
     self.panel = valid_games[:c.validation.num_tasks]
     n_train = c.grpo.tasks_per_iteration * c.grpo.group_size
     self.train_engine = rollout_engine(c, self.model, self.tokenizer, self.mesh, n_train)
