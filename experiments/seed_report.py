@@ -1,16 +1,36 @@
 """Seed-to-seed comparison of finished runs: warm-start (step 0) vs final validation success, as markdown + JSON.
 
-  python experiments/seed_report.py runs/alfworld_cpu_s0 runs/alfworld_cpu_s1 runs/alfworld_cpu_s2
+  python experiments/seed_report.py runs/alfworld_cpu_s0 runs/alfworld_cpu_s1 runs/alfworld_cpu_s2 [--plot out.png]
+
+`--plot` also draws every run's validation success against the GRPO iteration (step 0 = the warm start).
 """
+import argparse
 import json
 import statistics
-import sys
 
 from agentopd_jax.training.checkpoints import CheckpointPool
 from agentopd_jax.training.trainer import summarize
 
 
-def main(workdirs):
+def plot(rows, path):
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  fig, ax = plt.subplots(figsize=(5, 3.5))
+  for r in rows:
+    steps = sorted(r["curve"], key=int)
+    ax.plot([int(s) for s in steps], [100 * r["curve"][s] for s in steps], marker="o", label=f"seed {r['seed']}")
+  ax.set_xlabel("GRPO iteration (0 = SFT warm start)")
+  ax.set_ylabel("validation success (%)")
+  ax.grid(alpha=0.3)
+  ax.legend()
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+
+
+def main(workdirs, plot_path=""):
   rows = []
   for workdir in workdirs:
     with CheckpointPool(f"{workdir}/checkpoints", read_only=True) as pool:
@@ -29,8 +49,14 @@ def main(workdirs):
     print(f"| {r['run']} | {r['seed']} | {r['sft']:.3f} | {r['final']:.3f} | {r['best']:.3f} | {r['lift']:+.3f} |")
   summary = {k: stat(k) for k in ("sft", "final", "best", "lift")}
   print("| mean ± std | | " + " | ".join(f"{m:.3f} ± {s:.3f}" for m, s in summary.values()) + " |")
+  if plot_path:
+    plot(rows, plot_path)
   print(json.dumps({"runs": rows, "mean_std": summary}))
 
 
 if __name__ == "__main__":
-  main(sys.argv[1:])
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("workdirs", nargs="+")
+  parser.add_argument("--plot", default="", help="also save the validation curves to this PNG")
+  args = parser.parse_args()
+  main(args.workdirs, args.plot)

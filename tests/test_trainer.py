@@ -180,10 +180,12 @@ def test_probe_cli_reads_a_checkpoint(uninterrupted, games_root):
   assert report["verbs"] and all(0.0 <= v["verb_probability"] <= 1.0 for v in report["verbs"].values())
 
 
-def test_seed_report_reads_finished_runs(uninterrupted):
+def test_seed_report_reads_finished_runs(uninterrupted, tmp_path):
+  png = tmp_path / "seeds.png"
   out = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "seed_report.py"), uninterrupted,
-                        uninterrupted], cwd=ROOT, capture_output=True, text=True, timeout=300)
+                        uninterrupted, "--plot", str(png)], cwd=ROOT, capture_output=True, text=True, timeout=300)
   assert out.returncode == 0, out.stderr[-2000:]
+  assert png.stat().st_size > 0
   report = json.loads(out.stdout.strip().splitlines()[-1])
   with CheckpointPool(os.path.join(uninterrupted, "checkpoints"), read_only=True) as pool:
     start = pool.metadata(0)["metrics"]["val/success_rate"]
