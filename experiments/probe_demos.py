@@ -16,11 +16,7 @@ from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.rollout.demonstrations import demonstration_samples
 from agentopd_jax.training import data
 from agentopd_jax.training.logging import configure_cli_logging
-from agentopd_jax.training.trainer import (
-  chat_format,
-  checkpoint_policy,
-  text_env_factory,
-)
+from agentopd_jax.training.trainer import chat_format, checkpoint_policy, demonstration_env, text_env_factory
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/alfworld.py", "Run config.", lock_config=True)
 _STEP = flags.DEFINE_string("step", "0", "checkpoint step of config.workdir: an integer, 'best' or 'latest'")
@@ -34,7 +30,7 @@ def main(argv):
   mesh = make_mesh(tuple(c.mesh_shape))
   config, params, tokenizer, step = checkpoint_policy(c, _STEP.value, mesh)
   _, valid_games = data.env_tasks(c.env)
-  demos = demonstration_samples(data.env_factory(c.env, c.rollout.max_steps)(), text_env_factory(c),
+  demos = demonstration_samples(demonstration_env(c), text_env_factory(c),
                                 chat_format(c, tokenizer), valid_games[:_GAMES.value],
                                 data.expert_policy(c.env, c.sft.expert), layout="step")
   print(json.dumps({"workdir": c.workdir, "step": step, "expert": c.sft.expert,

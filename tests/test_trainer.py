@@ -38,8 +38,8 @@ def _flags(workdir, games_root):
       "sft.steps": 2, "sft.demos": 4, "sft.batch_size": 8, "sft.micro_batch_size": 8,
       "grpo.iterations": ITERATIONS, "grpo.tasks_per_iteration": 2, "grpo.group_size": 4,
       "grpo.mini_batch_size": 16, "grpo.micro_batch_size": 8, "rollout.max_steps": 3,
-      "rollout.max_response_tokens": 8, "validation.num_tasks": 8, "validation.attempts": 1,
-      "validation.every": 1,
+      "rollout.max_response_tokens": 8, "sft.max_demo_steps": 50, "validation.num_tasks": 8,
+      "validation.attempts": 1, "validation.every": 1,
       "loss.kl_coef": 0.01, "loss.entropy_coef": 0.001, "logging.plot": False,
   }
   return [f"--config.{k}={v}" for k, v in overrides.items()]

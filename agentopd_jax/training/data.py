@@ -19,7 +19,7 @@ import json
 import os
 import zlib
 from pathlib import Path
-from typing import Callable, List, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -148,17 +148,19 @@ def env_tasks(env_cfg) -> Tuple[list, list]:
   return search_questions(env_cfg)
 
 
-def env_factory(env_cfg, max_steps: int) -> Callable[[], object]:
-  """A picklable zero-arg env constructor for the vector-env workers (and for in-process demonstrations)."""
+def env_factory(env_cfg, max_steps: Optional[int] = None) -> Callable[[], object]:
+  """A picklable zero-arg env constructor, for the vector-env workers and for expert demonstrations; episodes are cut
+  at `max_steps` (None: the env's own horizon)."""
   _check_env(env_cfg.name)
+  horizon = {} if max_steps is None else {"max_steps": max_steps}
   if env_cfg.name == "alfworld":
     from agentopd_jax.envs.alfworld.env import AlfworldEnv
-    return functools.partial(AlfworldEnv, env_cfg.engine, max_steps)
+    return functools.partial(AlfworldEnv, env_cfg.engine, **horizon)
   if env_cfg.name == "webshop":
     from agentopd_jax.envs.webshop.env import WebshopEnv
-    return functools.partial(WebshopEnv, **_webshop_shop_args(env_cfg), max_steps=max_steps)
+    return functools.partial(WebshopEnv, **_webshop_shop_args(env_cfg), **horizon)
   from agentopd_jax.envs.search import SearchEnv
-  return functools.partial(SearchEnv, **_search_env_kwargs(env_cfg))
+  return functools.partial(SearchEnv, **_search_env_kwargs(env_cfg))  # its horizon is env.max_turns
 
 
 def expert_policy(env_cfg, expert: str) -> Callable[[object], List[str]]:

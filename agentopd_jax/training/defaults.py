@@ -51,6 +51,8 @@ def cpu_base(env_name: str) -> ml_collections.ConfigDict:
   c.sft.train_on_prompt = True         # loss on every token of a demonstration, not only on the replies
   c.sft.reply_weight = 20.0            # with train_on_prompt: loss weight of reply tokens relative to the rest
   c.sft.expert = "explorer"            # ALFWorld's expert: "explorer" (searches; imitable) or "planner"
+  c.sft.max_demo_steps = 0             # expert episodes must win within this many steps (0: rollout.max_steps, so
+                                       # the warm start imitates only episodes the policy's horizon can finish)
 
   c.grpo = ml_collections.ConfigDict()
   c.grpo.iterations = 8

@@ -65,6 +65,12 @@ def text_env_factory(c):
                            invalid_penalty=c.env.invalid_penalty)
 
 
+def demonstration_env(c):
+  """The in-process env expert demonstrations are replayed in: episodes that do not win within `sft.max_demo_steps`
+  (default: the rollout horizon) are not imitated."""
+  return data.env_factory(c.env, c.sft.max_demo_steps or c.rollout.max_steps)()
+
+
 def chat_format(c, tokenizer) -> ChatFormat:
   return ChatFormat(tokenizer, c.model.chat_template_kwargs.to_dict())
 
@@ -138,7 +144,7 @@ class Run:
     `sft.train_on_prompt`."""
     c = self.c
     engine = self.train_engine
-    demos = demonstration_samples(data.env_factory(c.env, c.rollout.max_steps)(), engine.text_env_factory,
+    demos = demonstration_samples(demonstration_env(c), engine.text_env_factory,
                                   engine.chat, self.train_games[:c.sft.demos],
                                   data.expert_policy(c.env, c.sft.expert), c.rollout.layout)
     if c.sft.lr_schedule not in ("cosine", "constant"):
