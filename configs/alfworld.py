@@ -12,9 +12,6 @@ fields live in `agentopd_jax/training/defaults.py`.
 """
 from agentopd_jax.training import defaults
 
-PAPER_MODELS = {"qwen2p5_3b": "qwen2.5-3b", "qwen2p5_7b": "qwen2.5-7b", "qwen3_1p7b": "qwen3-1.7b"}
-
-
 def _cpu():
   c = defaults.cpu_base("alfworld")
   c.env.engine = "fast"                # "fast" (pure Python) or "textworld" (the real engine)
@@ -31,8 +28,7 @@ def _cpu():
 
 
 def _paper(variant: str):
-  c = defaults.paper_overrides(_cpu(), PAPER_MODELS[variant])
-  c.workdir = f"runs/alfworld_{variant}"
+  c = defaults.paper_overrides(_cpu(), variant)
   c.env.data_root = ""                 # set to the real $ALFWORLD_DATA download
   c.env.generate_scenes = ()           # generated games (no data_root): every scene
   c.env.generate_distractors = (6, 12)
@@ -43,9 +39,4 @@ def _paper(variant: str):
 
 
 def get_config(arg: str = "cpu"):
-  variant = arg or "cpu"
-  if variant == "cpu":
-    return _cpu()
-  if variant in PAPER_MODELS:
-    return _paper(variant)
-  raise ValueError(f"unknown configs/alfworld.py variant {variant!r}; choose cpu or one of {sorted(PAPER_MODELS)}")
+  return defaults.select_variant(arg, "configs/alfworld.py", _cpu, _paper)

@@ -8,9 +8,6 @@ A retrieval server (ours: `python -m agentopd_jax.envs.search.server`, or Search
 """
 from agentopd_jax.training import defaults
 
-PAPER_MODELS = {"qwen2p5_3b": "qwen2.5-3b", "qwen2p5_7b": "qwen2.5-7b", "qwen3_1p7b": "qwen3-1.7b"}
-
-
 def _cpu():
   c = defaults.cpu_base("search")
   c.env.search_url = ""                # "" -> an in-process BM25 index per env worker
@@ -31,17 +28,11 @@ def _cpu():
 
 
 def _paper(variant: str):
-  c = defaults.paper_overrides(_cpu(), PAPER_MODELS[variant])
-  c.workdir = f"runs/searchqa_{variant}"
+  c = defaults.paper_overrides(_cpu(), variant)
   c.rollout.max_prompt_tokens = 4096
   c.rollout.max_response_tokens = 500
   return c
 
 
 def get_config(arg: str = "cpu"):
-  variant = arg or "cpu"
-  if variant == "cpu":
-    return _cpu()
-  if variant in PAPER_MODELS:
-    return _paper(variant)
-  raise ValueError(f"unknown configs/searchqa.py variant {variant!r}; choose cpu or one of {sorted(PAPER_MODELS)}")
+  return defaults.select_variant(arg, "configs/searchqa.py", _cpu, _paper)

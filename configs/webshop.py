@@ -7,9 +7,6 @@ the oracle shopper's episodes, then GRPO; qwen2p5_3b / qwen2p5_7b / qwen3_1p7b: 
 """
 from agentopd_jax.training import defaults
 
-PAPER_MODELS = {"qwen2p5_3b": "qwen2.5-3b", "qwen2p5_7b": "qwen2.5-7b", "qwen3_1p7b": "qwen3-1.7b"}
-
-
 def _cpu():
   c = defaults.cpu_base("webshop")
   c.env.num_products = 1000            # generated catalogue size (WebShop's small setting has 1000 products)
@@ -25,17 +22,11 @@ def _cpu():
 
 
 def _paper(variant: str):
-  c = defaults.paper_overrides(_cpu(), PAPER_MODELS[variant])
-  c.workdir = f"runs/webshop_{variant}"
+  c = defaults.paper_overrides(_cpu(), variant)
   c.env.history_length = 2
   c.rollout.max_prompt_tokens = 4096
   return c
 
 
 def get_config(arg: str = "cpu"):
-  variant = arg or "cpu"
-  if variant == "cpu":
-    return _cpu()
-  if variant in PAPER_MODELS:
-    return _paper(variant)
-  raise ValueError(f"unknown configs/webshop.py variant {variant!r}; choose cpu or one of {sorted(PAPER_MODELS)}")
+  return defaults.select_variant(arg, "configs/webshop.py", _cpu, _paper)

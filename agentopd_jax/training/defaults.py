@@ -5,7 +5,12 @@ The values are the CPU default (tiny model, built-in tokenizer, SFT warm start t
 (docs/results.md); each env config sets its `env` section and overrides what its episodes need. Paper presets
 start from here too, so a field exists in every config and an override of it is never an unknown-key error.
 """
+from typing import Callable
+
 import ml_collections
+
+# Paper-setting variant name (`get_config` arg) -> model preset; weights come from `--config.model.path`.
+PAPER_MODELS = {"qwen2p5_3b": "qwen2.5-3b", "qwen2p5_7b": "qwen2.5-7b", "qwen3_1p7b": "qwen3-1.7b"}
 
 
 def cpu_base(env_name: str) -> ml_collections.ConfigDict:
@@ -94,9 +99,12 @@ def cpu_base(env_name: str) -> ml_collections.ConfigDict:
   return c
 
 
-def paper_overrides(c: ml_collections.ConfigDict, preset: str) -> ml_collections.ConfigDict:
-  """The verl-agent / SDAR paper setting on pretrained weights: no SFT, lr 1e-6, KL 0.01, entropy 0.001, 16 tasks x
-  8 group, rollout T=1.0, validation on 128 tasks at T=0.4, prompt/response 2048/512, full templates."""
+def paper_overrides(c: ml_collections.ConfigDict, variant: str) -> ml_collections.ConfigDict:
+  """The verl-agent / SDAR paper setting on pretrained weights (`PAPER_MODELS[variant]`): no SFT, lr 1e-6, KL 0.01,
+  entropy 0.001, 16 tasks x 8 group, rollout T=1.0, validation on 128 tasks at T=0.4, prompt/response 2048/512, full
+  templates. The workdir is `runs/<env>_<variant>`."""
+  preset = PAPER_MODELS[variant]
+  c.workdir = f"runs/{c.env.name}_{variant}"
   c.model.preset = preset
   c.model.param_dtype = "bfloat16"
   c.env.compact_prompt = False
@@ -118,3 +126,14 @@ def paper_overrides(c: ml_collections.ConfigDict, preset: str) -> ml_collections
   c.validation.num_tasks = 128
   c.validation.every = 5
   return c
+
+
+def select_variant(arg: str, config_file: str, cpu: Callable[[], ml_collections.ConfigDict],
+                   paper: Callable[[str], ml_collections.ConfigDict]) -> ml_collections.ConfigDict:
+  """`get_config(arg)` of an env config: "" or "cpu" -> `cpu()`, a PAPER_MODELS key -> `paper(arg)`."""
+  variant = arg or "cpu"
+  if variant == "cpu":
+    return cpu()
+  if variant in PAPER_MODELS:
+    return paper(variant)
+  raise ValueError(f"unknown {config_file} variant {variant!r}; choose cpu or one of {sorted(PAPER_MODELS)}")
