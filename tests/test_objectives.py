@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from agentopd_jax.objectives import (AGG_MODES, LossConfig, Normalizer, agg_loss, broadcast_to_tokens,
                                      get_advantage_estimator, get_objective, grpo_advantages, kl_penalty,
-                                     normalizer_for, ppo_dual_clip_loss, register_objective, sft_nll, step_scores)
+                                     informative_groups, normalizer_for, ppo_dual_clip_loss, register_objective, sft_nll,
+                                     step_scores)
 from agentopd_jax.rollout.batch import TrainBatch
 from agentopd_jax.scoring.fused import ScoreConfig, Scores
 
@@ -75,6 +76,38 @@ def test_grpo_singleton_and_constant_groups():
   # Equal scores: σ = 0 → A = 0 / ε = 0 (no NaN).
   adv = grpo_advantages(jnp.full((3,), 10.0), jnp.zeros(3, jnp.int32), jnp.ones(3))
   np.testing.assert_array_equal(adv, 0.0)
+
+
+def test_informative_groups_worked_example():
+  # Group 0: steps of a won (10) and a lost (0) episode -> kept. Group 1: all lost. Group 2: all won. Group 3: a lone
+  # sample. Group 4: no samples. Group 5: WebShop-style partial scores 3 and 7 -> kept.
+  rewards = jnp.array([10, 10, 0, 0, 0, 0, 10, 10, 10, 3, 7, 7])
+  groups = jnp.array([0, 0, 0, 1, 1, 1, 2, 2, 3, 5, 5, 5])
+  np.testing.assert_array_equal(informative_groups(rewards, groups, 6), [True, False, False, False, False, True])
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.sampled_from([0.0, 2.5, 10.0])), min_size=1, max_size=20))
+def test_informative_groups_property(rows):
+  groups, rewards = zip(*rows)
+  kept = informative_groups(jnp.array(rewards), jnp.array(groups), 4)
+  for g in range(4):
+    assert bool(kept[g]) == (len({r for gi, r in rows if gi == g}) > 1)
+
+
+def test_trainer_keeps_the_samples_of_informative_groups_only():
+  from agentopd_jax.rollout.types import Sample
+  from agentopd_jax.training.trainer import informative_samples
+
+  def sample(group, reward):
+    return Sample(prompt_ids=[1], completion_ids=[2], completion_mask=[1], behaviour_logprobs=[0.0], group_id=group,
+                  problem_id=f"p{group}", traj_id=0, step_index=0, action_valid=1.0, episode_reward=reward,
+                  won=reward > 0)
+
+  samples = [sample(0, 10.0), sample(1, 0.0), sample(0, 0.0), sample(2, 10.0), sample(0, 0.0)]
+  kept, adv = informative_samples(samples, [1.0, 2.0, 3.0, 4.0, 5.0], num_groups=3)
+  assert kept == [samples[0], samples[2], samples[4]] and adv == [1.0, 3.0, 5.0]
+  assert informative_samples([], [], num_groups=3) == ([], [])
 
 
 def test_grpo_jit_with_static_num_groups_and_errors():

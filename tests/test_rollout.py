@@ -198,3 +198,45 @@ def test_demonstrations_keep_only_the_episodes_the_expert_wins(setup):
   assert {s.problem_id for s in demos} == {games[0]} and all(s.won for s in demos)
   with pytest.raises(ValueError, match="won none"):
     demonstration_samples(AlfworldEnv("fast"), view, chat, games[1:2], expert)
+
+
+@pytest.mark.parametrize("layout", ["step", "trajectory"])
+def test_recovery_demonstrations_insert_unimitated_mistakes(setup, layout):
+  """With mistake_rate, stale actions answered "Nothing happens." are played but never imitated, the expert's
+  actions are all still imitated, and the same seed gives the same demonstrations."""
+  games, tokenizer, *_ = setup
+  chat = ChatFormat(tokenizer)
+  view = functools.partial(make_text_env, "alfworld", compact=True)
+  make = functools.partial(demonstration_samples, AlfworldEnv("fast"), view, chat, games[:4], _walkthrough, layout,
+                           0.5)
+  demos = make(seed=1)
+  assert all(s.won for s in demos)
+  clean = demonstration_samples(AlfworldEnv("fast"), view, chat, games[:4], _walkthrough, layout)
+  if layout == "step":
+    # One sample per expert action, in order: the mistakes are not training targets.
+    assert [(d.problem_id, d.response_text) for d in demos] == [(d.problem_id, d.response_text) for d in clean]
+    recovering = [d for d in demos if "Nothing happens." in d.prompt_text]
+    assert recovering and len(recovering) < len(demos)
+  else:
+    for d, c in zip(demos, clean):
+      imitated = [t for t, m in zip(d.completion_ids, d.completion_mask) if m]
+      assert imitated == [t for t, m in zip(c.completion_ids, c.completion_mask) if m]
+    assert any("Nothing happens." in tokenizer.decode(d.completion_ids) for d in demos)
+  tokens = lambda samples: [d.prompt_ids + d.completion_ids for d in samples]  # noqa: E731
+  assert tokens(make(seed=1)) == tokens(demos)
+  assert tokens(make(seed=2)) != tokens(demos)
+
+
+def test_recovery_demonstrations_need_admissible_commands(setup):
+  games, tokenizer, *_ = setup
+
+  class Blind(AlfworldEnv):
+    def reset(self, task):
+      obs, infos = super().reset(task)
+      return obs, {k: v for k, v in infos.items() if k != "admissible_commands"}
+
+  view = functools.partial(make_text_env, "alfworld", compact=True)
+  with pytest.raises(ValueError, match="mistake_rate"):
+    demonstration_samples(Blind("fast"), view, ChatFormat(tokenizer), games[:1], _walkthrough, mistake_rate=0.2)
+  with pytest.raises(ValueError, match="mistake_rate"):
+    demonstration_samples(AlfworldEnv("fast"), view, ChatFormat(tokenizer), games[:1], _walkthrough, mistake_rate=1.0)

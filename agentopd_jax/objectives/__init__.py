@@ -1,6 +1,7 @@
 """Advantage estimators, per-token loss terms and the objective registry (see the submodules' docstrings)."""
 from agentopd_jax.objectives.advantages import (ADVANTAGE_ESTIMATORS, GRPO_MODES, broadcast_to_tokens,
-                                                get_advantage_estimator, grpo_advantages, step_scores)
+                                                get_advantage_estimator, grpo_advantages, informative_groups,
+                                                step_scores)
 from agentopd_jax.objectives.losses import (AGG_MODES, KL_KINDS, Normalizer, PolicyLossTerms, agg_loss, kl_penalty,
                                             normalizer_for, ppo_dual_clip_loss, sft_nll)
 from agentopd_jax.objectives.registry import (OBJECTIVES, LossConfig, Objective, get_objective, grpo_branches,
@@ -8,7 +9,7 @@ from agentopd_jax.objectives.registry import (OBJECTIVES, LossConfig, Objective,
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS", "GRPO_MODES", "broadcast_to_tokens", "get_advantage_estimator", "grpo_advantages",
-    "step_scores", "AGG_MODES", "KL_KINDS", "Normalizer", "PolicyLossTerms", "agg_loss", "kl_penalty",
+    "informative_groups", "step_scores", "AGG_MODES", "KL_KINDS", "Normalizer", "PolicyLossTerms", "agg_loss", "kl_penalty",
     "normalizer_for", "ppo_dual_clip_loss", "sft_nll", "OBJECTIVES", "LossConfig", "Objective", "get_objective",
     "grpo_branches", "grpo_loss", "register_objective", "sft_branches", "sft_loss",
 ]

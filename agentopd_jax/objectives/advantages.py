@@ -79,6 +79,27 @@ def broadcast_to_tokens(advantages: jnp.ndarray, loss_mask: jnp.ndarray) -> jnp.
   return advantages.astype(jnp.float32)[:, None] * loss_mask.astype(jnp.float32)
 
 
+def informative_groups(episode_rewards: jnp.ndarray, group_ids: jnp.ndarray, num_groups: int) -> jnp.ndarray:
+  """[G] bool: groups whose episodes did not all earn the same reward — DAPO's dynamic sampling (Yu et al., 2025)
+  trains only on these, since a group whose episodes share one outcome carries no outcome signal:
+
+    keep_g  ⇔  max_{i ∈ g} R_i > min_{i ∈ g} R_i        (ALFWorld, R = 10·won: the group has a win and a loss)
+
+  With mean_std_norm, an all-lost group's advantages are only the invalid-action penalty divided by its tiny std:
+  unit-size pushes towards whatever the failing episodes did. Dropping such groups also saves their update compute.
+
+  Args:
+    episode_rewards: [N] the episode reward of each sample (before the per-step invalid-action penalty).
+    group_ids: [N] int group of each sample, in [0, num_groups). Groups without samples are not kept.
+  """
+  chex.assert_rank([episode_rewards, group_ids], 1)
+  chex.assert_equal_shape([episode_rewards, group_ids])
+  r = episode_rewards.astype(jnp.float32)
+  high = jax.ops.segment_max(r, group_ids, num_segments=num_groups)
+  low = jax.ops.segment_min(r, group_ids, num_segments=num_groups)
+  return high > low
+
+
 # Estimators chosen by name in the config; each maps (scores, group_ids, valid, *, epsilon, num_groups) -> [N].
 ADVANTAGE_ESTIMATORS: Dict[str, Callable[..., jnp.ndarray]] = {
     "grpo": functools.partial(grpo_advantages, mode="mean_std_norm"),

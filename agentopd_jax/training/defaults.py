@@ -56,6 +56,8 @@ def cpu_base(env_name: str) -> ml_collections.ConfigDict:
   c.sft.train_on_prompt = True         # loss on every token of a demonstration, not only on the replies
   c.sft.reply_weight = 20.0            # with train_on_prompt: loss weight of reply tokens relative to the rest
   c.sft.expert = "explorer"            # ALFWorld's expert: "explorer" (searches; imitable) or "planner"
+  c.sft.mistake_rate = 0.0             # recovery demonstrations: P(a stale action, answered "Nothing happens.", is
+                                       # played before an expert action); the mistake is not imitated (ALFWorld)
   c.sft.max_demo_steps = 0             # expert episodes must win within this many steps (0: rollout.max_steps, so
                                        # the warm start imitates only episodes the policy's horizon can finish)
 
@@ -64,6 +66,7 @@ def cpu_base(env_name: str) -> ml_collections.ConfigDict:
   c.grpo.tasks_per_iteration = 4
   c.grpo.group_size = 8                # 8 attempts per task: groups with a win are common at ~10 % success
   c.grpo.advantage = "grpo"            # registry key: "grpo" (mean_std_norm) or "grpo_mean_norm"
+  c.grpo.filter_groups = False         # DAPO dynamic sampling: train only on groups whose episodes' rewards differ
   c.grpo.mini_batch_size = 160         # samples per optimizer step (rows padded up to a multiple)
   c.grpo.micro_batch_size = 32
 

@@ -16,7 +16,7 @@ import logging
 import math
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -27,7 +27,7 @@ from agentopd_jax.envs.verl_agent.metrics import episode_metrics
 from agentopd_jax.eval.validate import episode_record, validate
 from agentopd_jax.models import transformer
 from agentopd_jax.models.loading import load_model_and_tokenizer
-from agentopd_jax.objectives.advantages import get_advantage_estimator, step_scores
+from agentopd_jax.objectives.advantages import get_advantage_estimator, informative_groups, step_scores
 from agentopd_jax.objectives.registry import LossConfig
 from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.rollout.batch import collate
@@ -35,6 +35,7 @@ from agentopd_jax.rollout.chat import ChatFormat
 from agentopd_jax.rollout.demonstrations import demonstration_samples
 from agentopd_jax.rollout.engine import RolloutConfig, RolloutEngine
 from agentopd_jax.rollout.text_envs import make_text_env
+from agentopd_jax.rollout.types import Sample
 from agentopd_jax.sampling.sampler import Sampler, SamplingParams
 from agentopd_jax.training import data
 from agentopd_jax.training.checkpoints import CheckpointPool
@@ -146,7 +147,8 @@ class Run:
     engine = self.train_engine
     demos = demonstration_samples(demonstration_env(c), engine.text_env_factory,
                                   engine.chat, self.train_games[:c.sft.demos],
-                                  data.expert_policy(c.env, c.sft.expert), c.rollout.layout)
+                                  data.expert_policy(c.env, c.sft.expert), c.rollout.layout,
+                                  mistake_rate=c.sft.mistake_rate, seed=c.seed)
     if c.sft.lr_schedule not in ("cosine", "constant"):
       raise ValueError(f"sft.lr_schedule must be 'cosine' or 'constant', got {c.sft.lr_schedule!r}")
     decay = max(c.sft.steps - c.sft.warmup_steps, 0) if c.sft.lr_schedule == "cosine" else 0
@@ -195,29 +197,47 @@ class Run:
     t1 = time.perf_counter()
     scores = step_scores(jnp.asarray([s.episode_reward for s in samples]),
                          jnp.asarray([s.action_valid for s in samples]), c.env.invalid_penalty)
-    advantages = get_advantage_estimator(c.grpo.advantage)(
-        scores, jnp.asarray([s.group_id for s in samples]), jnp.ones(len(samples)), num_groups=len(tasks))
+    group_ids = jnp.asarray([s.group_id for s in samples])
+    advantages = np.asarray(get_advantage_estimator(c.grpo.advantage)(
+        scores, group_ids, jnp.ones(len(samples)), num_groups=len(tasks))).tolist()
+    trained = samples
+    if c.grpo.filter_groups:
+      trained, advantages = informative_samples(samples, advantages, len(tasks))
     mb = c.grpo.mini_batch_size
-    batch = collate(samples, np.asarray(advantages).tolist(), PAD_MULTIPLE, rows=math.ceil(len(samples) / mb) * mb)
+    # No informative group (filter_groups): the iteration makes no update, as DAPO skips an empty batch.
+    batch = collate(trained, advantages, PAD_MULTIPLE, rows=math.ceil(len(trained) / mb) * mb) if trained else None
     t2 = time.perf_counter()
     updates = []
-    for minibatch in split_minibatches(batch, mb, c.grpo.micro_batch_size):
+    for minibatch in split_minibatches(batch, mb, c.grpo.micro_batch_size) if trained else []:
       state, m = self.train_step(state, minibatch)
       updates.append({k: float(v) for k, v in m.items()})
     t3 = time.perf_counter()
     played = [episode_record(ep) for ep in rollout.episodes if not ep.env_failed]
     metrics = {f"episode/{k}": v for k, v in episode_metrics(played).items()}
-    metrics.update({f"actor/{k}": v for k, v in _mean_metrics(updates).items()})
-    # On the first mini-batch the policy still equals the sampler's, so this is the sampler<->trainer drift.
-    metrics["rollout/logprob_drift"] = updates[0]["logprob_drift"]
+    if updates:
+      metrics.update({f"actor/{k}": v for k, v in _mean_metrics(updates).items()})
+      # On the first mini-batch the policy still equals the sampler's, so this is the sampler<->trainer drift.
+      metrics["rollout/logprob_drift"] = updates[0]["logprob_drift"]
     metrics.update({"time/env_s": rollout.stats["env_s"], "time/generate_s": rollout.stats["generate_s"],
                     "time/advantage_s": t2 - t1, "time/update_s": t3 - t2, "time/iteration_s": t3 - t0,
-                    "batch/samples": len(samples), "batch/rows": int(batch.tokens.shape[0]),
-                    "batch/width": int(batch.tokens.shape[1]), "batch/updates": len(updates),
+                    "batch/samples": len(samples), "batch/trained_samples": len(trained),
+                    "batch/rows": batch.tokens.shape[0] if trained else 0,
+                    "batch/width": batch.tokens.shape[1] if trained else 0, "batch/updates": len(updates),
                     "batch/env_failed": sum(ep.env_failed for ep in rollout.episodes),
                     "batch/score_mean": float(jnp.mean(scores))})
     self.log.log(iteration, metrics, phase="train")
     return state, metrics
+
+
+def informative_samples(samples: Sequence[Sample], advantages: Sequence[float],
+                        num_groups: int) -> Tuple[List[Sample], List[float]]:
+  """The samples (and their advantages) of groups whose episodes earned different rewards (`informative_groups`)."""
+  if not samples:
+    return [], []
+  keep = np.asarray(informative_groups(jnp.asarray([s.episode_reward for s in samples]),
+                                       jnp.asarray([s.group_id for s in samples]), num_groups))
+  kept = [i for i, s in enumerate(samples) if keep[s.group_id]]
+  return [samples[i] for i in kept], [advantages[i] for i in kept]
 
 
 def train(c) -> Dict:
