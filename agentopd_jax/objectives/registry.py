@@ -17,6 +17,8 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 import jax
 import jax.numpy as jnp
 
+from agentopd_jax.objectives.distill import (LAD_OTHER, OPD_VARIANTS, agentic_opd_branches, agentic_opd_check,
+                                             agentic_opd_loss)
 from agentopd_jax.objectives.losses import (AGG_MODES, KL_KINDS, Normalizer, agg_loss, kl_penalty,
                                             ppo_dual_clip_loss, sft_nll)
 from agentopd_jax.rollout.batch import TrainBatch
@@ -37,11 +39,19 @@ class LossConfig:
   entropy_coef: float = 0.0        # c_ent of the −c_ent·H bonus
   loss_agg_mode: str = "token-mean"
   pg_loss_coef: float = 1.0        # 0 turns the policy-gradient term off (e.g. SDAR's OPSD-only baseline)
+  # Agentic-OPD (objective "agentic_opd", objectives.distill); ignored by the other objectives.
+  opd_loss_coef: float = 1.0       # weight of the OPD term
+  task_loss_coef: float = 0.0      # weight of the GRPO task term on every rollout; 0 = pure OPD (reference default)
+  opd_top_k: int = 16              # k of the student's top-k support (OPD_TOP_K)
+  opd_max_abs_log_ratio: float = 0.0   # clamp of the top-k log-ratio to ±c; 0 = no clamp (the reference's null)
+  opd_variant: str = "topk_reverse_kl"  # or "sampled_token" (the documented PG-OPD advantage)
+  lad_other: str = "none"          # what rollouts LAD does not route get: "none", or "grpo" (pg_loss_coef · PPO)
 
   def __post_init__(self):
     if self.objective not in OBJECTIVES:
       raise ValueError(f"LossConfig.objective: unknown objective {self.objective!r}; registered: {sorted(OBJECTIVES)}")
-    for name in ("clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "kl_coef", "entropy_coef", "pg_loss_coef"):
+    for name in ("clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "kl_coef", "entropy_coef", "pg_loss_coef",
+                 "opd_loss_coef", "task_loss_coef", "opd_max_abs_log_ratio"):
       value = getattr(self, name)
       if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"LossConfig.{name} must be a finite number, got {value!r}")
@@ -59,6 +69,15 @@ class LossConfig:
       raise ValueError(f"LossConfig.loss_agg_mode must be one of {AGG_MODES}, got {self.loss_agg_mode!r}")
     if self.pg_loss_coef < 0.0:
       raise ValueError(f"LossConfig.pg_loss_coef must be >= 0, got {self.pg_loss_coef}")
+    for name in ("opd_loss_coef", "task_loss_coef", "opd_max_abs_log_ratio"):
+      if getattr(self, name) < 0.0:
+        raise ValueError(f"LossConfig.{name} must be >= 0, got {getattr(self, name)}")
+    if isinstance(self.opd_top_k, bool) or not isinstance(self.opd_top_k, int) or self.opd_top_k < 1:
+      raise ValueError(f"LossConfig.opd_top_k must be an int >= 1, got {self.opd_top_k!r}")
+    if self.opd_variant not in OPD_VARIANTS:
+      raise ValueError(f"LossConfig.opd_variant must be one of {OPD_VARIANTS}, got {self.opd_variant!r}")
+    if self.lad_other not in LAD_OTHER:
+      raise ValueError(f"LossConfig.lad_other must be one of {LAD_OTHER}, got {self.lad_other!r}")
 
 
 LossFn = Callable[[Scores, TrainBatch, LossConfig, Normalizer], Tuple[jnp.ndarray, Metrics]]
@@ -188,3 +207,5 @@ def sft_branches(cfg: LossConfig) -> Dict[str, Any]:
 
 register_objective("grpo", Objective(name="grpo", loss_fn=grpo_loss, branches=grpo_branches))
 register_objective("sft", Objective(name="sft", loss_fn=sft_loss, branches=sft_branches, check=_sft_check))
+register_objective("agentic_opd", Objective(name="agentic_opd", loss_fn=agentic_opd_loss,
+                                            branches=agentic_opd_branches, check=agentic_opd_check))

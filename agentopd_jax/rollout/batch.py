@@ -29,6 +29,9 @@ class TrainBatch:
   teacher_segment_ids: Optional[jnp.ndarray] = None
   teacher_positions: Optional[jnp.ndarray] = None
   teacher_index: Optional[jnp.ndarray] = None
+  # Agentic-OPD LAD routing (objectives.distill.lad_token_mask): [B, T] float32 weight of each loss token in the
+  # distillation term, 1 = routed. Not part of the scoring inputs. None = every loss token routed (no LAD).
+  distill_mask: Optional[jnp.ndarray] = None
 
   def score_batch(self) -> ScoreBatch:
     return ScoreBatch(tokens=self.tokens, segment_ids=self.segment_ids, loss_mask=self.loss_mask,

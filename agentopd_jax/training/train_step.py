@@ -109,28 +109,34 @@ def minibatch_sharding(mesh: Mesh, batch: TrainBatch):
 
 def make_train_step(model: ModelConfig, loss_cfg: LossConfig, optimizer: optax.GradientTransformation,
                     mesh: Optional[Mesh] = None, with_reference: bool = False):
-  """The jitted step for one (model, loss, optimizer) triple; the state argument is donated."""
+  """The jitted step for one (model, loss, optimizer) triple; the state argument is donated.
+
+  The step is `step(state, minibatch, teacher_params=None)`. A distillation objective (teacher="params", e.g.
+  Agentic-OPD) needs `teacher_params`: the resident teacher is not part of the state, since the scheduler swaps it
+  between steps and it is never trained or checkpointed with the student.
+  """
   objective = get_objective(loss_cfg.objective)
   score_cfg = objective.score_config(loss_cfg)
   if score_cfg.reference and not with_reference:
     raise ValueError(f"objective {loss_cfg.objective!r} with kl_coef={loss_cfg.kl_coef} needs reference params")
+  needs_teacher = score_cfg.teacher == "params"
 
-  def micro_loss(params, reference_params, micro: TrainBatch, norm):
-    scores = score(model, score_cfg, params, reference_params if score_cfg.reference else None, None,
+  def micro_loss(params, reference_params, teacher_params, micro: TrainBatch, norm):
+    scores = score(model, score_cfg, params, reference_params if score_cfg.reference else None, teacher_params,
                    micro.score_batch())
     return objective.loss(scores, micro, loss_cfg, norm)
 
   grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
 
-  def step(state: TrainState, minibatch: TrainBatch):
+  def step(state: TrainState, minibatch: TrainBatch, teacher_params=None):
     norm = normalizer_for(minibatch.loss_mask.reshape(-1, minibatch.loss_mask.shape[-1]))
 
     def body(carry, micro):
       grads, metrics = carry
-      (_, m), g = grad_fn(state.params, state.reference_params, micro, norm)
+      (_, m), g = grad_fn(state.params, state.reference_params, teacher_params, micro, norm)
       return (jax.tree.map(jnp.add, grads, g), jax.tree.map(jnp.add, metrics, m)), None
 
-    zero_metrics = jax.eval_shape(lambda: grad_fn(state.params, state.reference_params,
+    zero_metrics = jax.eval_shape(lambda: grad_fn(state.params, state.reference_params, teacher_params,
                                                   jax.tree.map(lambda x: x[0], minibatch), norm)[0][1])
     init = (jax.tree.map(jnp.zeros_like, state.params),
             jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), zero_metrics))
@@ -146,16 +152,23 @@ def make_train_step(model: ModelConfig, loss_cfg: LossConfig, optimizer: optax.G
                    tokens=norm.tokens.astype(jnp.float32))
     return new_state, metrics
 
+  def checked(fn):
+    def call(state: TrainState, minibatch: TrainBatch, teacher_params=None):
+      if needs_teacher and teacher_params is None:
+        raise ValueError(f"objective {loss_cfg.objective!r} scores a teacher: pass teacher_params to the step")
+      return fn(state, minibatch, teacher_params if needs_teacher else None)
+    return call
+
   if mesh is None:
-    return jax.jit(step, donate_argnums=0)
+    return checked(jax.jit(step, donate_argnums=0))
   shardings = state_shardings(model, optimizer, mesh, with_reference)
   replicated = NamedSharding(mesh, P())
   jitted = jax.jit(step, donate_argnums=0, out_shardings=(shardings, replicated))
 
-  def sharded_step(state: TrainState, minibatch: TrainBatch):
-    return jitted(state, jax.device_put(minibatch, minibatch_sharding(mesh, minibatch)))
+  def sharded_step(state: TrainState, minibatch: TrainBatch, teacher_params=None):
+    return jitted(state, jax.device_put(minibatch, minibatch_sharding(mesh, minibatch)), teacher_params)
 
-  return sharded_step
+  return checked(sharded_step)
 
 
 def split_minibatches(batch: TrainBatch, minibatch_size: int, micro_batch_size: int):

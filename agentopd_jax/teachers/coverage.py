@@ -1,0 +1,123 @@
+"""Coverage of a GRPO run's checkpoints on the validation panel: the evidence Agentic-OPD starts from.
+
+The method's premise (research/methods.md §2, §2.5) is that the best-validation checkpoint fails problems that other
+checkpoints of the same run solved, so the union of the solved sets is well above any single checkpoint, and that
+the gap opens over training (the "historical gap": what the current checkpoint solves vs what some checkpoint up to
+then solved). These are pure functions over per-checkpoint outcome records {problem id: (successes, attempts)}, so
+they are tested on hand-made records; `experiments/coverage.py` feeds them a run's checkpoint pool, and the teacher
+pool (`teachers/pool.py`) uses the same solved rule.
+
+ALFWorld problem ids are game-file paths naming the task type (`envs/verl_agent/metrics.alfworld_task_type`);
+ids of other environments name none and are grouped as "other".
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from agentopd_jax.envs.verl_agent.metrics import alfworld_task_type
+
+# "any": solved if some attempt succeeded (the authors' EM > 0 at greedy n=1); "majority": more than half did.
+SOLVED_RULES = ("any", "majority")
+OTHER_TYPE = "other"
+
+Outcomes = Mapping[str, tuple[int, int]]
+
+
+def is_solved(successes: int, attempts: int, rule: str = "any") -> bool:
+  if rule == "any":
+    return successes > 0
+  if rule == "majority":
+    return 2 * successes > attempts
+  raise ValueError(f"solved_rule must be one of {SOLVED_RULES}, got {rule!r}")
+
+
+def solved_set(outcomes: Outcomes, rule: str = "any") -> frozenset[str]:
+  """The problems `outcomes` counts as solved under `rule` (see SOLVED_RULES)."""
+  return frozenset(p for p, (s, a) in outcomes.items() if is_solved(s, a, rule))
+
+
+def task_type(problem: str) -> str:
+  return alfworld_task_type(problem) or OTHER_TYPE
+
+
+def historical_gap(solved: Mapping[int, frozenset[str]]) -> list[dict]:
+  """Per step (ascending): `current` = |Q_step|, `historical` = |union of Q_s for s <= step| (this step included, so
+  `gap` = historical - current >= 0 counts problems solved before but not now)."""
+  seen: set[str] = set()
+  rows = []
+  for step in sorted(solved):
+    seen |= solved[step]
+    rows.append({"step": step, "current": len(solved[step]), "historical": len(seen),
+                 "gap": len(seen) - len(solved[step])})
+  return rows
+
+
+def _ratio(num: int, den: int) -> float | None:
+  return num / den if den else None
+
+
+def _group_counts(problems: frozenset[str], solved: Mapping[int, frozenset[str]], best_step: int) -> dict:
+  """|problems|, and how many of them the union, the best checkpoint and the top single checkpoint solve."""
+  union = frozenset().union(*solved.values()) & problems
+  top = max(solved, key=lambda s: (len(solved[s] & problems), -s))  # ties: the earlier step
+  return {"problems": len(problems), "union": len(union), "best": len(solved[best_step] & problems),
+          "max_single": len(solved[top] & problems), "max_single_step": top,
+          "union_over_best": _ratio(len(union), len(solved[best_step] & problems))}
+
+
+def coverage_report(outcomes: Mapping[int, Outcomes], best_step: int, rule: str = "any") -> dict:
+  """The coverage analysis of one run, JSON-ready.
+
+  outcomes: {step: {problem id: (successes, attempts)}}; the panel U is every problem any step was evaluated on.
+  best_step: the student's (best-validation) step. Returns the overall counts (`_group_counts`) plus `only_union`
+  (how many problems some checkpoint solves but the best one does not) and `only_union_problems` ({such problem:
+  the steps that solve it}), `per_type` counts, one row per checkpoint
+  (solved, fraction of U, |union - Q_i|, |Q_i - Q_best|) and the `historical_gap` curve.
+  """
+  if not outcomes:
+    raise ValueError("coverage_report needs at least one checkpoint's outcomes")
+  if best_step not in outcomes:
+    raise ValueError(f"coverage_report: best_step {best_step} is not among the steps {sorted(outcomes)}")
+  solved = {s: solved_set(o, rule) for s, o in outcomes.items()}
+  panel = frozenset().union(*(o.keys() for o in outcomes.values()))
+  union, best = frozenset().union(*solved.values()), solved[best_step]
+  report = {"solved_rule": rule, "steps": sorted(solved), "best_step": best_step,
+            **_group_counts(panel, solved, best_step), "only_union": len(union - best),
+            "only_union_problems": {p: [s for s in sorted(solved) if p in solved[s]] for p in sorted(union - best)}}
+  report["per_type"] = {t: _group_counts(frozenset(p for p in panel if task_type(p) == t), solved, best_step)
+                        for t in sorted({task_type(p) for p in panel})}
+  report["checkpoints"] = [{"step": s, "solved": len(q), "solved_frac": _ratio(len(q), len(panel)),
+                            "union_minus_this": len(union - q), "not_in_best": len(q - best)}
+                           for s, q in sorted(solved.items())]
+  report["historical_gap"] = historical_gap(solved)
+  return report
+
+
+def _pct(x: float | None) -> str:
+  return "n/a" if x is None else f"{100 * x:.1f}"
+
+
+def _times(x: float | None) -> str:
+  return "n/a" if x is None else f"{x:.2f}x"
+
+
+def to_markdown(report: dict, title: str = "Checkpoint coverage") -> str:
+  """The report as three tables: overall and per task type, then one row per checkpoint with the historical gap."""
+  b = report["best_step"]
+  lines = [f"# {title}", "", f"Solved rule: `{report['solved_rule']}`; best (student) step: {b}.", "",
+           f"| Problems | Union solved | Best (step {b}) | Max single (step) | Union / best | Union only |",
+           "|---|---|---|---|---|---|",
+           f"| {report['problems']} | {report['union']} | {report['best']} | {report['max_single']} "
+           f"({report['max_single_step']}) | {_times(report['union_over_best'])} | {report['only_union']} |", ""]
+  lines += ["| Task type | Problems | Union solved | Best | Max single (step) | Union / best |",
+            "|---|---|---|---|---|---|"]
+  lines += [f"| {t} | {g['problems']} | {g['union']} | {g['best']} | {g['max_single']} ({g['max_single_step']}) | "
+            f"{_times(g['union_over_best'])} |" for t, g in report["per_type"].items()]
+  lines += ["", "| Step | Solved | Solved (%) | Union - this | Not in best | Historical union | Historical gap |",
+            "|---|---|---|---|---|---|---|"]
+  gaps = {row["step"]: row for row in report["historical_gap"]}
+  lines += [f"| {c['step']}{' (best)' if c['step'] == b else ''} | {c['solved']} | {_pct(c['solved_frac'])} | "
+            f"{c['union_minus_this']} | {c['not_in_best']} | {gaps[c['step']]['historical']} | "
+            f"{gaps[c['step']]['gap']} |" for c in report["checkpoints"]]
+  return "\n".join(lines) + "\n"
+

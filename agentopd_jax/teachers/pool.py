@@ -1,0 +1,209 @@
+"""The teacher pool of Agentic-OPD, built from a finished GRPO run's checkpoint pool (research/methods.md §2.1-2.2).
+
+Student = the best-validation checkpoint (or a given step) with solved set P_0; teachers = every other checkpoint,
+each with its solved set Q_i on the run's fixed validation panel. Both come from the outcome records that
+`training/checkpoints.CheckpointPool` stores in every checkpoint, under one of `coverage.SOLVED_RULES`:
+"any" (the default) counts a problem as solved when some validation attempt succeeded (the authors' EM > 0 with
+greedy n=1); "majority" when more than half did (for runs validated with several sampled attempts).
+
+Optional startup pruning (the authors' older version): drop teacher i when Q_i ⊆ Q_j for some j ≠ i; of equal sets
+the lowest step stays. The newest authors' code keeps every teacher eligible, hence off by default.
+
+Every checkpoint gets a content hash (sha256 over its directory), recorded in the authors' manifest format
+`{"version": 1, "teachers": [{"name", "path", "step", "sha256"}]}`, so a run that later reads the manifest knows it
+distils from exactly the checkpoints that were analysed, not ones rewritten since.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+
+from agentopd_jax.teachers import hcn
+from agentopd_jax.teachers.coverage import SOLVED_RULES, solved_set
+from agentopd_jax.training.checkpoints import CheckpointPool
+
+MANIFEST_VERSION = 1
+_HASH_CHUNK = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class TeacherEntry:
+  """One checkpoint of the run (a teacher, or the student's own record): its identity, solved set and outcomes.
+
+  outcomes: {problem id: (successes, attempts)} from the checkpoint's validation record (for rollout-level routing
+  that compares teacher and student success counts); left out of the hash.
+  """
+  name: str
+  path: str
+  step: int
+  sha256: str
+  solved: frozenset[str]
+  outcomes: Mapping[str, tuple[int, int]] = dataclasses.field(default_factory=dict, hash=False, repr=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class TeacherPool:
+  """The student's record, the teachers (ascending step) and the steps pruning dropped, of the run in `run_dir`."""
+  run_dir: str
+  solved_rule: str
+  student: TeacherEntry
+  teachers: tuple[TeacherEntry, ...]
+  pruned: tuple[int, ...] = ()
+
+  @property
+  def steps(self) -> list[int]:
+    return [t.step for t in self.teachers]
+
+  @property
+  def problems(self) -> frozenset[str]:
+    """The validation panel U: every problem the student or a teacher was evaluated on."""
+    return frozenset().union(self.student.outcomes, *(t.outcomes for t in self.teachers))
+
+  def teacher(self, step: int) -> TeacherEntry:
+    for t in self.teachers:
+      if t.step == step:
+        return t
+    raise KeyError(f"step {step} is not a teacher of {self.run_dir}; teachers are steps {self.steps}")
+
+
+def checkpoint_sha256(path: str | os.PathLike) -> str:
+  """sha256 over a checkpoint directory: for every file in sorted relative-path order, its path (POSIX separators),
+  its byte length and its bytes, read in 1 MiB chunks, so a 30 GB checkpoint never sits in memory."""
+  root = os.fspath(path)
+  if not os.path.isdir(root):
+    raise FileNotFoundError(f"no checkpoint directory {root}")
+  files = sorted(os.path.relpath(os.path.join(d, f), root).replace(os.sep, "/")
+                 for d, _, names in os.walk(root) for f in names)
+  h = hashlib.sha256()
+  for rel in files:
+    full = os.path.join(root, rel)
+    h.update(rel.encode() + b"\0" + os.path.getsize(full).to_bytes(8, "little"))
+    with open(full, "rb") as f:
+      while chunk := f.read(_HASH_CHUNK):
+        h.update(chunk)
+  return h.hexdigest()
+
+
+def checkpoint_outcomes(pool: CheckpointPool, step: int) -> dict[str, tuple[int, int]]:
+  """The validation outcomes recorded in checkpoint `step`; a clear error when it was saved without them."""
+  outcomes = pool.metadata(step)["outcomes"]
+  if outcomes is None:
+    raise ValueError(f"checkpoint step {step} in {pool.directory} has no validation outcomes (it was saved without "
+                     f"validation); run experiments/evaluate.py --step={step} for it, or leave it out of the pool")
+  return outcomes
+
+
+def _entry(pool: CheckpointPool, step: int, rule: str) -> TeacherEntry:
+  outcomes = checkpoint_outcomes(pool, step)
+  path = os.path.join(pool.directory, str(step))
+  return TeacherEntry(name=f"step_{step}", path=path, step=step, sha256=checkpoint_sha256(path),
+                      solved=solved_set(outcomes, rule), outcomes=outcomes)
+
+
+def _student_step(pool: CheckpointPool, student_step: int | str) -> int:
+  if student_step == "best":
+    best = pool.best_step()
+    if best is None:
+      raise ValueError(f"student_step='best': no checkpoint in {pool.directory} has the validation metric "
+                       f"{pool.best_metric!r}; pass an explicit step")
+    return best
+  if isinstance(student_step, str) and not student_step.isdigit():
+    raise ValueError(f"student_step must be 'best' or a step number, got {student_step!r}")
+  step = int(student_step)
+  if step not in pool.steps():
+    raise ValueError(f"student_step {step} is not a checkpoint of {pool.directory}; it holds {pool.steps()}")
+  return step
+
+
+def build_teacher_pool(run_dir: str | os.PathLike, student_step: int | str = "best", prune_dominated: bool = False,
+                       solved_rule: str = "any") -> TeacherPool:
+  """The teacher pool of the GRPO run in `run_dir` (its checkpoints live in `run_dir/checkpoints`).
+
+  student_step: "best" (the pool's best-validation step) or a checkpoint step; every other checkpoint is a teacher.
+  prune_dominated: drop teachers whose solved set another teacher's contains (`hcn.prune_dominated`).
+  solved_rule: one of `coverage.SOLVED_RULES`. Hashes every checkpoint (reads them once in full).
+  """
+  if solved_rule not in SOLVED_RULES:
+    raise ValueError(f"solved_rule must be one of {SOLVED_RULES}, got {solved_rule!r}")
+  with CheckpointPool(os.path.join(os.fspath(run_dir), "checkpoints"), read_only=True) as pool:
+    student = _student_step(pool, student_step)
+    entries = [_entry(pool, s, solved_rule) for s in pool.steps()]
+  teachers = [e for e in entries if e.step != student]
+  if not teachers:
+    raise ValueError(f"run {run_dir} has no checkpoint other than the student's (step {student}): no teachers")
+  kept = {t.step for t in (hcn.prune_dominated(teachers) if prune_dominated else teachers)}
+  return TeacherPool(run_dir=os.path.abspath(run_dir), solved_rule=solved_rule,
+                     student=next(e for e in entries if e.step == student),
+                     teachers=tuple(t for t in teachers if t.step in kept),
+                     pruned=tuple(t.step for t in teachers if t.step not in kept))
+
+
+# --- manifest -------------------------------------------------------------------------------------------------
+
+def write_manifest(path: str | os.PathLike, teachers: Iterable[TeacherEntry]) -> None:
+  """Writes the authors' manifest for `teachers` atomically: a temp file in the same folder, fsync, `os.replace`,
+  then the folder is fsynced so the rename itself survives a crash."""
+  path = os.path.abspath(os.fspath(path))
+  doc = {"version": MANIFEST_VERSION,
+         "teachers": [{"name": t.name, "path": t.path, "step": t.step, "sha256": t.sha256} for t in teachers]}
+  directory = os.path.dirname(path)
+  os.makedirs(directory, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+  try:
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+      json.dump(doc, f, indent=2)
+      f.write("\n")
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.unlink(tmp)
+    raise
+  dir_fd = os.open(directory, os.O_RDONLY)
+  try:
+    os.fsync(dir_fd)
+  finally:
+    os.close(dir_fd)
+
+
+def _manifest_record(path: str, i: int, t) -> tuple[str, str, int, str]:
+  """(name, checkpoint path, step, sha256) of teacher `i`; relative paths are relative to the manifest's folder."""
+  if not isinstance(t, dict):
+    raise ValueError(f"teacher manifest {path}: teachers[{i}] must be an object, got {type(t).__name__}")
+  for key, kind in (("name", str), ("path", str), ("step", int), ("sha256", str)):
+    if not isinstance(t.get(key), kind) or isinstance(t.get(key), bool):
+      raise ValueError(f"teacher manifest {path}: teachers[{i}].{key} must be a {kind.__name__}, got {t.get(key)!r}")
+  ckpt = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(path)), t["path"]))
+  if os.path.basename(ckpt) != str(t["step"]):
+    raise ValueError(f"teacher manifest {path}: teachers[{i}].path {t['path']!r} is not the folder of step {t['step']}")
+  return t["name"], ckpt, t["step"], t["sha256"]
+
+
+def read_manifest(path: str | os.PathLike, solved_rule: str = "any") -> tuple[TeacherEntry, ...]:
+  """The teachers a manifest lists, each checked against its checkpoint: a sha256 that no longer matches the
+  checkpoint directory is a ValueError naming it. Solved sets are re-read from the checkpoints' outcome records."""
+  path = os.fspath(path)
+  with open(path) as f:
+    doc = json.load(f)
+  if not isinstance(doc, dict) or doc.get("version") != MANIFEST_VERSION:
+    got = doc.get("version") if isinstance(doc, dict) else type(doc).__name__
+    raise ValueError(f"teacher manifest {path}: version must be {MANIFEST_VERSION}, got {got!r}")
+  if not isinstance(doc.get("teachers"), list):
+    raise ValueError(f"teacher manifest {path}: 'teachers' must be a list")
+  entries = []
+  for i, t in enumerate(doc["teachers"]):
+    name, ckpt, step, sha = _manifest_record(path, i, t)
+    actual = checkpoint_sha256(ckpt)
+    if actual != sha:
+      raise ValueError(f"teacher manifest {path}: checkpoint {ckpt} has changed since the manifest was written "
+                       f"(sha256 {actual}, manifest {sha})")
+    with CheckpointPool(os.path.dirname(ckpt), read_only=True) as pool:
+      outcomes = checkpoint_outcomes(pool, step)
+    entries.append(TeacherEntry(name=name, path=ckpt, step=step, sha256=sha, solved=solved_set(outcomes, solved_rule),
+                                outcomes=outcomes))
+  return tuple(entries)

@@ -1,0 +1,106 @@
+"""Coverage analysis: hand-computed union / per-type / historical-gap numbers, and the CLI's three output files."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from agentopd_jax.teachers.coverage import coverage_report, historical_gap, is_solved, solved_set, to_markdown
+from agentopd_jax.training.checkpoints import CheckpointPool
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+P1 = "valid_seen/pick_and_place_simple-Apple-None-Fridge-1/trial_1/game.tw-pddl"
+P2 = "valid_seen/pick_and_place_simple-Mug-None-Shelf-2/trial_2/game.tw-pddl"
+L1 = "valid_seen/look_at_obj_in_light-Book-None-DeskLamp-3/trial_3/game.tw-pddl"
+L2 = "valid_seen/look_at_obj_in_light-Pen-None-DeskLamp-4/trial_4/game.tw-pddl"
+X = "nq:17"  # an id that names no ALFWorld task type
+PANEL = (P1, P2, L1, L2, X)
+
+
+def _outcomes(solved, attempts=2):
+  return {p: (1 if p in solved else 0, attempts) for p in PANEL}
+
+
+# Solved: 0 {P1}, 4 {P1, L1}, 8 {P2, L1} (best), 12 {L2}.
+RUN = {0: _outcomes({P1}), 4: _outcomes({P1, L1}), 8: _outcomes({P2, L1}), 12: _outcomes({L2})}
+BEST = 8
+
+
+def test_solved_rules():
+  assert is_solved(1, 4) and not is_solved(0, 4) and not is_solved(0, 0)
+  assert not is_solved(2, 4, "majority") and is_solved(3, 4, "majority")
+  assert solved_set({"a": (1, 2), "b": (2, 2), "c": (0, 2)}, "majority") == {"b"}
+  with pytest.raises(ValueError, match="solved_rule must be one of"):
+    is_solved(1, 1, "some")
+
+
+def test_overall_and_per_type():
+  r = coverage_report(RUN, BEST)
+  assert r["steps"] == [0, 4, 8, 12] and r["best_step"] == 8 and r["problems"] == 5
+  assert (r["union"], r["best"], r["max_single"], r["max_single_step"]) == (4, 2, 2, 4)  # 4 and 8 tie: earlier
+  assert r["union_over_best"] == 2.0 and r["only_union"] == 2
+  assert r["only_union_problems"] == {P1: [0, 4], L2: [12]}
+  assert r["per_type"] == {
+      "look_at_obj_in_light": {"problems": 2, "union": 2, "best": 1, "max_single": 1, "max_single_step": 4,
+                               "union_over_best": 2.0},
+      "other": {"problems": 1, "union": 0, "best": 0, "max_single": 0, "max_single_step": 0, "union_over_best": None},
+      "pick_and_place": {"problems": 2, "union": 2, "best": 1, "max_single": 1, "max_single_step": 0,
+                         "union_over_best": 2.0},
+  }
+  assert r["checkpoints"] == [
+      {"step": 0, "solved": 1, "solved_frac": 0.2, "union_minus_this": 3, "not_in_best": 1},
+      {"step": 4, "solved": 2, "solved_frac": 0.4, "union_minus_this": 2, "not_in_best": 1},
+      {"step": 8, "solved": 2, "solved_frac": 0.4, "union_minus_this": 2, "not_in_best": 0},
+      {"step": 12, "solved": 1, "solved_frac": 0.2, "union_minus_this": 3, "not_in_best": 1},
+  ]
+  json.dumps(r, allow_nan=False)
+
+
+def test_historical_gap():
+  assert coverage_report(RUN, BEST)["historical_gap"] == [
+      {"step": 0, "current": 1, "historical": 1, "gap": 0},
+      {"step": 4, "current": 2, "historical": 2, "gap": 0},
+      {"step": 8, "current": 2, "historical": 3, "gap": 1},   # P1 lost
+      {"step": 12, "current": 1, "historical": 4, "gap": 3},  # P1, P2, L1 lost, L2 new
+  ]
+  # Steps are taken in order whatever the mapping's order.
+  assert [r["step"] for r in historical_gap({5: frozenset("a"), 1: frozenset("b")})] == [1, 5]
+
+
+def test_majority_rule_and_bad_input():
+  run = {**RUN, 4: {**RUN[4], L1: (2, 2)}}  # every step has 1 success of 2, except L1 at step 4
+  r = coverage_report(run, BEST, rule="majority")
+  assert (r["union"], r["best"], r["solved_rule"]) == (1, 0, "majority") and r["union_over_best"] is None
+  with pytest.raises(ValueError, match="best_step 3 is not among"):
+    coverage_report(RUN, 3)
+  with pytest.raises(ValueError, match="at least one checkpoint"):
+    coverage_report({}, 0)
+
+
+def test_markdown():
+  md = to_markdown(coverage_report(RUN, BEST), "T")
+  assert md.startswith("# T\n")
+  assert "| 5 | 4 | 2 | 2 (4) | 2.00x | 2 |" in md
+  assert "| look_at_obj_in_light | 2 | 2 | 1 | 1 (4) | 2.00x |" in md
+  assert "| other | 1 | 0 | 0 | 0 (0) | n/a |" in md
+  assert "| 8 (best) | 2 | 40.0 | 2 | 0 | 3 | 1 |" in md
+
+
+def test_cli_writes_json_markdown_and_png(tmp_path):
+  with CheckpointPool(tmp_path / "run" / "checkpoints") as pool:
+    for step, outcomes in RUN.items():
+      pool.save(step, {"params": {"w": np.full((2, 2), step, np.float32)}},
+                metrics={"val/success_rate": 0.9 if step == BEST else 0.1}, outcomes=outcomes, config={})
+  out = tmp_path / "cov"
+  env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+  proc = subprocess.run([sys.executable, "experiments/coverage.py", f"--run_dir={tmp_path / 'run'}", f"--out={out}"],
+                        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert sorted(os.listdir(out)) == ["coverage.json", "coverage.md", "coverage.png"]
+  report = json.loads((out / "coverage.json").read_text())
+  assert report == {**coverage_report(RUN, BEST), "run_dir": str(tmp_path / "run")}
+  assert "| 8 (best) |" in (out / "coverage.md").read_text()
+  assert (out / "coverage.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  assert json.loads(proc.stdout.strip().splitlines()[-1])["union_over_best"] == 2.0

@@ -1,0 +1,135 @@
+"""Teacher pool from a hand-built checkpoint pool: solved sets, student choice, pruning, manifest, hashes, errors."""
+import json
+import os
+import shutil
+
+import jax
+import numpy as np
+import pytest
+
+from agentopd_jax.teachers.pool import (
+  build_teacher_pool,
+  checkpoint_sha256,
+  read_manifest,
+  write_manifest,
+)
+from agentopd_jax.training.checkpoints import CheckpointPool
+
+# step: (val success, outcomes). Solved ("any"): 0 {b}, 5 {a,b}, 10 {a,c} (best), 15 {c,d}, 20 {a,b} (= step 5).
+RUN = {
+    0: (0.1, {"a": (0, 2), "b": (1, 2), "c": (0, 2), "d": (0, 2)}),
+    5: (0.5, {"a": (2, 2), "b": (1, 2), "c": (0, 2), "d": (0, 2)}),
+    10: (0.8, {"a": (2, 2), "b": (0, 2), "c": (2, 2), "d": (0, 2)}),
+    15: (0.4, {"a": (0, 2), "b": (0, 2), "c": (1, 2), "d": (2, 2)}),
+    20: (0.3, {"a": (1, 2), "b": (1, 2), "c": (0, 2), "d": (0, 2)}),
+}
+
+
+def _save(pool, step, value, outcomes):
+  params = {"w": jax.random.normal(jax.random.key(step), (4, 8))}
+  pool.save(step, {"params": params, "step": np.int32(step)}, metrics={"val/success_rate": value},
+            outcomes=outcomes, config={"model": "test"})
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+  path = tmp_path_factory.mktemp("grpo_run")
+  with CheckpointPool(path / "checkpoints") as pool:
+    for step, (value, outcomes) in RUN.items():
+      _save(pool, step, value, outcomes)
+  return path
+
+
+def _solved(pool):
+  return {t.step: set(t.solved) for t in pool.teachers}
+
+
+def test_student_is_best_and_solved_sets(run_dir):
+  pool = build_teacher_pool(run_dir)
+  assert pool.student.step == 10 and pool.student.solved == {"a", "c"}
+  assert pool.steps == [0, 5, 15, 20] and pool.pruned == ()
+  assert _solved(pool) == {0: {"b"}, 5: {"a", "b"}, 15: {"c", "d"}, 20: {"a", "b"}}
+  assert pool.problems == {"a", "b", "c", "d"}
+  t = pool.teacher(15)
+  assert t.name == "step_15" and t.path == os.path.join(run_dir, "checkpoints", "15")
+  assert t.outcomes == RUN[15][1] and len(t.sha256) == 64
+  with pytest.raises(KeyError, match="step 10 is not a teacher"):
+    pool.teacher(10)
+
+
+def test_majority_rule_and_explicit_student(run_dir):
+  pool = build_teacher_pool(run_dir, student_step="15", solved_rule="majority")
+  assert pool.student.step == 15 and pool.student.solved == {"d"}
+  assert _solved(pool) == {0: set(), 5: {"a"}, 10: {"a", "c"}, 20: set()}
+  assert build_teacher_pool(run_dir, student_step=0).steps == [5, 10, 15, 20]
+  with pytest.raises(ValueError, match="student_step 7 is not a checkpoint"):
+    build_teacher_pool(run_dir, student_step=7)
+  with pytest.raises(ValueError, match="student_step must be 'best' or a step"):
+    build_teacher_pool(run_dir, student_step="latest")
+  with pytest.raises(ValueError, match="solved_rule must be one of"):
+    build_teacher_pool(run_dir, solved_rule="all")
+
+
+def test_prune_dominated(run_dir):
+  pool = build_teacher_pool(run_dir, prune_dominated=True)
+  # {b} inside {a,b}; steps 5 and 20 solve the same set, so the lower step (5) stays; {c,d} is nobody's subset.
+  assert pool.steps == [5, 15] and pool.pruned == (0, 20)
+
+
+def test_sha256_is_content_and_layout(run_dir, tmp_path):
+  ckpt = os.path.join(run_dir, "checkpoints", "5")
+  digest = checkpoint_sha256(ckpt)
+  assert digest == checkpoint_sha256(ckpt)
+  assert digest != checkpoint_sha256(os.path.join(run_dir, "checkpoints", "20"))
+  shutil.copytree(ckpt, tmp_path / "copy")
+  assert checkpoint_sha256(tmp_path / "copy") == digest  # relative paths: the location does not matter
+  os.rename(tmp_path / "copy" / "meta", tmp_path / "copy" / "meta2")
+  assert checkpoint_sha256(tmp_path / "copy") != digest  # ... but the file names do
+  with pytest.raises(FileNotFoundError, match="no checkpoint directory"):
+    checkpoint_sha256(tmp_path / "nope")
+
+
+def test_manifest_round_trip_and_hash_mismatch(tmp_path_factory):
+  run = tmp_path_factory.mktemp("manifest_run")
+  with CheckpointPool(run / "checkpoints") as ckpts:
+    for step, (value, outcomes) in RUN.items():
+      _save(ckpts, step, value, outcomes)
+  pool = build_teacher_pool(run)
+  path = run / "teachers" / "manifest.json"
+  write_manifest(path, pool.teachers)
+  doc = json.loads(path.read_text())
+  assert doc["version"] == 1
+  assert doc["teachers"][1] == {"name": "step_5", "path": pool.teacher(5).path, "step": 5,
+                                "sha256": pool.teacher(5).sha256}
+  assert os.listdir(run / "teachers") == ["manifest.json"]  # no temp file left behind
+  assert read_manifest(path) == pool.teachers
+  assert [t.solved for t in read_manifest(path, solved_rule="majority")] == [set(), {"a"}, {"d"}, set()]
+
+  (run / "checkpoints" / "15" / "extra.bin").write_bytes(b"x")  # the checkpoint changed after the manifest
+  with pytest.raises(ValueError, match=r"manifest.json: checkpoint .*checkpoints/15 has changed"):
+    read_manifest(path)
+
+
+@pytest.mark.parametrize("doc, match", [
+    ({"version": 2, "teachers": []}, "version must be 1"),
+    ({"version": 1}, "'teachers' must be a list"),
+    ({"version": 1, "teachers": [{"name": "a", "path": "x/5", "step": "5", "sha256": "0"}]}, r"teachers\[0\].step"),
+    ({"version": 1, "teachers": [{"name": "a", "path": "x/6", "step": 5, "sha256": "0"}]}, "not the folder of step 5"),
+])
+def test_bad_manifest(tmp_path, doc, match):
+  path = tmp_path / "manifest.json"
+  path.write_text(json.dumps(doc))
+  with pytest.raises(ValueError, match=match):
+    read_manifest(path)
+
+
+def test_missing_outcomes_is_a_clear_error(tmp_path):
+  with CheckpointPool(tmp_path / "checkpoints") as ckpts:
+    _save(ckpts, 0, 0.5, {"a": (1, 1)})
+    _save(ckpts, 5, 0.2, None)
+  with pytest.raises(ValueError, match=r"step 5 in .* has no validation outcomes.*experiments/evaluate.py --step=5"):
+    build_teacher_pool(tmp_path)
+  with CheckpointPool(tmp_path / "only_student" / "checkpoints") as ckpts:
+    _save(ckpts, 0, 0.5, {"a": (1, 1)})
+  with pytest.raises(ValueError, match="no teachers"):
+    build_teacher_pool(tmp_path / "only_student")
