@@ -7,6 +7,8 @@ Variants (`get_config(arg)`):
   qwen2p5_7b     entropy 0.001, clip 0.2/0.2 c=3, 50 env steps, history 2, invalid penalty 0.1, rollout T=1.0,
   qwen3_1p7b     validation on 128 tasks at T=0.4, prompt/response 2048/512, no SFT. Weights come from
                  `--config.model.path=/path/to/hf_folder`.
+  agentic_opd    Agentic-OPD on the CPU default's finished GRPO run (`--config.opd.teacher_run`, default
+                 runs/alfworld_cpu): its best checkpoint is the student, the others the teacher pool (HCN + LAD).
 Any field can be overridden (`--config.grpo.iterations=5`); an unknown field is an error naming it. The env-agnostic
 fields live in `agentopd_jax/training/defaults.py`.
 """

@@ -14,9 +14,8 @@ import os
 
 from absl import app, flags
 
-from agentopd_jax.teachers.coverage import SOLVED_RULES, coverage_report, to_markdown
-from agentopd_jax.teachers.pool import checkpoint_outcomes
-from agentopd_jax.training.checkpoints import CheckpointPool
+from agentopd_jax.teachers.coverage import SOLVED_RULES, coverage_report, plot_historical_gap, to_markdown
+from agentopd_jax.teachers.pool import run_outcomes
 from agentopd_jax.training.logging import configure_cli_logging
 
 _RUN_DIR = flags.DEFINE_string("run_dir", None, "GRPO run folder (holds checkpoints/)", required=True)
@@ -25,47 +24,11 @@ _STUDENT = flags.DEFINE_string("student_step", "best", "the step compared agains
 _RULE = flags.DEFINE_enum("solved_rule", "any", list(SOLVED_RULES), "when a problem counts as solved")
 
 
-def load_run(run_dir: str, student_step: str) -> tuple[dict, int]:
-  """({step: outcomes} of every checkpoint, the student step) of the run in `run_dir`."""
-  if student_step != "best" and not student_step.isdigit():
-    raise ValueError(f"--student_step must be 'best' or a step number, got {student_step!r}")
-  with CheckpointPool(os.path.join(run_dir, "checkpoints"), read_only=True) as pool:
-    outcomes = {s: checkpoint_outcomes(pool, s) for s in pool.steps()}
-    best = pool.best_step() if student_step == "best" else int(student_step)
-  if best is None:
-    raise ValueError(f"--student_step=best: no checkpoint of {run_dir} has a validation metric; pass a step")
-  return outcomes, best
-
-
-def plot(report: dict, path: str, title: str) -> None:
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-  from matplotlib.ticker import MaxNLocator
-
-  rows = report["historical_gap"]
-  steps = [r["step"] for r in rows]
-  fig, ax = plt.subplots(figsize=(6, 3.8))
-  ax.plot(steps, [r["historical"] for r in rows], marker="o", label="union of checkpoints up to step")
-  ax.plot(steps, [r["current"] for r in rows], marker="s", label="current checkpoint")
-  ax.axvline(report["best_step"], color="gray", linestyle="--", linewidth=1, label=f"best (step {report['best_step']})")
-  ax.set_xlabel("GRPO step")
-  ax.set_ylabel(f"problems solved (of {report['problems']})")
-  ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-  ax.set_title(title, fontsize=9)
-  ax.grid(alpha=0.3)
-  ax.legend(fontsize=8)
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
-
-
 def main(argv):
   del argv
   configure_cli_logging()
   run_dir = _RUN_DIR.value
-  outcomes, best = load_run(run_dir, _STUDENT.value)
+  outcomes, best = run_outcomes(run_dir, _STUDENT.value)
   report = coverage_report(outcomes, best, _RULE.value)
   report["run_dir"] = os.path.abspath(run_dir)
   out = _OUT.value or os.path.join(run_dir, "coverage")
@@ -77,7 +40,7 @@ def main(argv):
   title = f"Checkpoint coverage: {run_dir}"
   with open(paths["md"], "w") as f:
     f.write(to_markdown(report, title))
-  plot(report, paths["png"], title)
+  plot_historical_gap(report, paths["png"], title)
   print(json.dumps({"problems": report["problems"], "union": report["union"], "best": report["best"],
                     "union_over_best": report["union_over_best"], **paths}))
 

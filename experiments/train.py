@@ -1,5 +1,6 @@
 """The single training entry point: `python experiments/train.py --config=configs/alfworld.py[:variant]` (or
-configs/webshop.py, configs/searchqa.py).
+configs/webshop.py, configs/searchqa.py). `config.method` picks the job: "grpo" (SFT warm start, then GRPO) or
+"agentic_opd" (the `:agentic_opd` variant: distil the checkpoints of the default GRPO run into its best one).
 
 Overrides: `--config.grpo.iterations=5 --config.workdir=/tmp/run`. Unknown fields are rejected by name.
 Running the same command again resumes from the run's newest checkpoint.
@@ -10,7 +11,10 @@ from absl import app
 from ml_collections import config_flags
 
 from agentopd_jax.training.logging import configure_cli_logging
+from agentopd_jax.training.opd_trainer import train_agentic_opd
 from agentopd_jax.training.trainer import train
+
+METHODS = {"grpo": train, "agentic_opd": train_agentic_opd}
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/alfworld.py", "Training config.", lock_config=True)
 
@@ -18,7 +22,10 @@ _CONFIG = config_flags.DEFINE_config_file("config", "configs/alfworld.py", "Trai
 def main(argv):
   del argv
   configure_cli_logging()
-  summary = train(_CONFIG.value)
+  c = _CONFIG.value
+  if c.method not in METHODS:
+    raise ValueError(f"config.method must be one of {sorted(METHODS)}, got {c.method!r}")
+  summary = METHODS[c.method](c)
   print(json.dumps(summary))
 
 

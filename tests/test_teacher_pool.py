@@ -127,7 +127,7 @@ def test_missing_outcomes_is_a_clear_error(tmp_path):
   with CheckpointPool(tmp_path / "checkpoints") as ckpts:
     _save(ckpts, 0, 0.5, {"a": (1, 1)})
     _save(ckpts, 5, 0.2, None)
-  with pytest.raises(ValueError, match=r"step 5 in .* has no validation outcomes.*experiments/evaluate.py --step=5"):
+  with pytest.raises(ValueError, match=r"step 5 in .* has no validation outcomes.*leave it out of the pool"):
     build_teacher_pool(tmp_path)
   with CheckpointPool(tmp_path / "only_student" / "checkpoints") as ckpts:
     _save(ckpts, 0, 0.5, {"a": (1, 1)})

@@ -32,7 +32,7 @@ def games_root(tmp_path_factory):
   return root
 
 
-def _flags(workdir, games_root):
+def _flags(workdir, games_root, **extra):
   overrides = {
       "workdir": workdir, "env.data_root": games_root, "env.num_workers": 1, "mesh_shape": "(8,1,1)",
       "sft.steps": 2, "sft.demos": 4, "sft.batch_size": 8, "sft.micro_batch_size": 8,
@@ -42,12 +42,14 @@ def _flags(workdir, games_root):
       "validation.attempts": 1, "validation.every": 1,
       "loss.kl_coef": 0.01, "loss.entropy_coef": 0.001, "logging.plot": False,
   }
+  overrides.update({k.replace("__", "."): v for k, v in extra.items()})
   return [f"--config.{k}={v}" for k, v in overrides.items()]
 
 
-def _train(workdir, games_root, **popen):
+def _train(workdir, games_root, variant="", extra=None, **popen):
   cmd = [sys.executable, os.path.join(ROOT, "experiments", "train.py"),
-         f"--config={os.path.join(ROOT, 'configs', 'alfworld.py')}"] + _flags(workdir, games_root)
+         f"--config={os.path.join(ROOT, 'configs', 'alfworld.py')}{variant}"] + _flags(workdir, games_root,
+                                                                                      **(extra or {}))
   return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
 
 
@@ -92,23 +94,30 @@ def test_run_records_checkpoints_outcomes_and_logs(uninterrupted):
   assert any(name.startswith("events.out.tfevents") for name in os.listdir(os.path.join(uninterrupted, "logs")))
 
 
-def test_killed_run_resumes_to_identical_parameters(tmp_path, games_root, uninterrupted):
-  workdir = str(tmp_path / "run_b")
-  proc = _train(workdir, games_root, start_new_session=True)
+def _kill_after_first_checkpoint(proc, workdir):
+  """SIGKILLs a training process (and its env workers) once its step-1 checkpoint exists, mid-iteration 2."""
   first = os.path.join(workdir, "checkpoints", "1")
   deadline = time.time() + 900
   while not os.path.isdir(first) and proc.poll() is None and time.time() < deadline:
     time.sleep(0.2)
   assert proc.poll() is None, "the run ended before it could be killed mid-way"
-  os.killpg(proc.pid, signal.SIGKILL)  # the trainer and its env workers, mid-iteration 2
+  os.killpg(proc.pid, signal.SIGKILL)
   proc.wait()
   with CheckpointPool(os.path.join(workdir, "checkpoints"), read_only=True) as pool:
     assert 1 <= pool.latest_step() < ITERATIONS
+
+
+def _assert_same_params(workdir_a, workdir_b, step):
+  for a, b in zip(jax.tree.leaves(_params(workdir_a, step)), jax.tree.leaves(_params(workdir_b, step))):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-6)
+
+
+def test_killed_run_resumes_to_identical_parameters(tmp_path, games_root, uninterrupted):
+  workdir = str(tmp_path / "run_b")
+  _kill_after_first_checkpoint(_train(workdir, games_root, start_new_session=True), workdir)
   out = _finish(_train(workdir, games_root))
   assert "resumed from step" in out
-  resumed, reference = _params(workdir, ITERATIONS), _params(uninterrupted, ITERATIONS)
-  for a, b in zip(jax.tree.leaves(resumed), jax.tree.leaves(reference)):
-    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-6)
+  _assert_same_params(workdir, uninterrupted, ITERATIONS)
   records = read_metrics(os.path.join(workdir, "logs"))
   train = [r for r in records if r["phase"] == "train"]
   assert [r["step"] for r in train] == list(range(1, ITERATIONS + 1))  # no duplicated steps after the resume
@@ -192,3 +201,56 @@ def test_seed_report_reads_finished_runs(uninterrupted, tmp_path):
     final = pool.metadata(ITERATIONS)["metrics"]["val/success_rate"]
   assert [r["sft"] for r in report["runs"]] == [start, start] and report["runs"][0]["final"] == final
   assert report["mean_std"]["lift"] == [pytest.approx(final - start), 0.0]
+
+
+# ---------------------------------------------------------------- Agentic-OPD on the GRPO run above
+
+
+def _opd(workdir, games_root, teacher_run, **popen):
+  """`:agentic_opd` with the finished GRPO run as the teacher pool. LAD is off: the tiny model wins nothing here,
+  so group-rate routing would route nothing, and the test needs the distillation to move the student."""
+  extra = {"opd__teacher_run": teacher_run, "opd__lad": "off", "opd__selection_interval": 1, "loss__kl_coef": 0.0,
+           "loss__opd_top_k": 8, "grpo__mini_batch_size": 32}
+  return _train(workdir, games_root, ":agentic_opd", extra, **popen)
+
+
+@pytest.fixture(scope="module")
+def opd_run(tmp_path_factory, games_root, uninterrupted):
+  workdir = str(tmp_path_factory.mktemp("opd_a"))
+  _finish(_opd(workdir, games_root, uninterrupted))
+  return workdir
+
+
+def test_agentic_opd_distils_the_pool_into_the_best_checkpoint(opd_run, uninterrupted):
+  with CheckpointPool(os.path.join(uninterrupted, "checkpoints"), read_only=True) as teachers:
+    best, teacher_steps = teachers.best_step(), teachers.steps()
+  summary = json.loads(open(os.path.join(opd_run, "summary.json")).read())
+  assert summary["student_step"] == best and summary["teacher_steps"] == [s for s in teacher_steps if s != best]
+  with CheckpointPool(os.path.join(opd_run, "checkpoints"), read_only=True) as pool:
+    assert pool.steps() == list(range(ITERATIONS + 1))
+    extras = [pool.metadata(s)["extra"] for s in pool.steps()]
+  assert all(e["teacher_step"] in summary["teacher_steps"] for e in extras)
+  assert extras[-1]["scheduler"]["strategy"]  # the scheduler's state travels with every checkpoint
+  # Step 0 is the student exactly as the GRPO run saved it; distillation then moves it.
+  start, student = _params(opd_run, 0), _params(uninterrupted, best)
+  for a, b in zip(jax.tree.leaves(start), jax.tree.leaves(student)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  assert any(not np.array_equal(np.asarray(a), np.asarray(b))
+             for a, b in zip(jax.tree.leaves(_params(opd_run, ITERATIONS)), jax.tree.leaves(student)))
+  records = read_metrics(os.path.join(opd_run, "logs"))
+  train = [r for r in records if r["phase"] == "train"]
+  assert [r["step"] for r in train] == list(range(1, ITERATIONS + 1))
+  assert all(r["opd/routed_fraction"] == 1.0 and r["actor/opd_reverse_kl"] > 0 for r in train)
+  assert [r["step"] for r in records if r["phase"] == "opd"] == list(range(ITERATIONS + 1))
+  assert os.path.isfile(os.path.join(opd_run, "scheduler_state.json"))
+
+
+def test_killed_agentic_opd_run_resumes_to_identical_parameters(tmp_path, games_root, uninterrupted, opd_run):
+  workdir = str(tmp_path / "opd_b")
+  _kill_after_first_checkpoint(_opd(workdir, games_root, uninterrupted, start_new_session=True), workdir)
+  out = _finish(_opd(workdir, games_root, uninterrupted))
+  assert "resumed from step" in out
+  _assert_same_params(workdir, opd_run, ITERATIONS)
+  with CheckpointPool(os.path.join(workdir, "checkpoints"), read_only=True) as a, \
+       CheckpointPool(os.path.join(opd_run, "checkpoints"), read_only=True) as b:
+    assert [a.metadata(s)["extra"] for s in a.steps()] == [b.metadata(s)["extra"] for s in b.steps()]

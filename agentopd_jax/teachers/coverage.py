@@ -121,3 +121,27 @@ def to_markdown(report: dict, title: str = "Checkpoint coverage") -> str:
             f"{gaps[c['step']]['gap']} |" for c in report["checkpoints"]]
   return "\n".join(lines) + "\n"
 
+
+def plot_historical_gap(report: dict, path, title: str) -> None:
+  """The historical-gap curve of `coverage_report` as a PNG (matplotlib, Agg backend)."""
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  from matplotlib.ticker import MaxNLocator
+
+  rows = report["historical_gap"]
+  steps = [r["step"] for r in rows]
+  fig, ax = plt.subplots(figsize=(6, 3.8))
+  ax.plot(steps, [r["historical"] for r in rows], marker="o", label="union of checkpoints up to step")
+  ax.plot(steps, [r["current"] for r in rows], marker="s", label="current checkpoint")
+  ax.axvline(report["best_step"], color="gray", linestyle="--", linewidth=1, label=f"best (step {report['best_step']})")
+  ax.set_xlabel("GRPO step")
+  ax.set_ylabel(f"problems solved (of {report['problems']})")
+  ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+  ax.set_title(title, fontsize=9)
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)

@@ -93,7 +93,7 @@ def checkpoint_outcomes(pool: CheckpointPool, step: int) -> dict[str, tuple[int,
   outcomes = pool.metadata(step)["outcomes"]
   if outcomes is None:
     raise ValueError(f"checkpoint step {step} in {pool.directory} has no validation outcomes (it was saved without "
-                     f"validation); run experiments/evaluate.py --step={step} for it, or leave it out of the pool")
+                     f"validation; every checkpoint experiments/train.py writes has them): leave it out of the pool")
   return outcomes
 
 
@@ -207,3 +207,15 @@ def read_manifest(path: str | os.PathLike, solved_rule: str = "any") -> tuple[Te
     entries.append(TeacherEntry(name=name, path=ckpt, step=step, sha256=sha, solved=solved_set(outcomes, solved_rule),
                                 outcomes=outcomes))
   return tuple(entries)
+
+
+def run_outcomes(run_dir: str | os.PathLike, student_step: str = "best") -> tuple[dict, int]:
+  """({step: outcomes} of every checkpoint, the student step) of the run in `run_dir`."""
+  if student_step != "best" and not student_step.isdigit():
+    raise ValueError(f"student_step must be 'best' or a step number, got {student_step!r}")
+  with CheckpointPool(os.path.join(run_dir, "checkpoints"), read_only=True) as pool:
+    outcomes = {s: checkpoint_outcomes(pool, s) for s in pool.steps()}
+    best = pool.best_step() if student_step == "best" else int(student_step)
+  if best is None:
+    raise ValueError(f"student_step=best: no checkpoint of {run_dir} has a validation metric; pass a step")
+  return outcomes, best

@@ -17,6 +17,7 @@ def cpu_base(env_name: str) -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.seed = 0
   c.workdir = f"runs/{env_name}_cpu"
+  c.method = "grpo"                    # "grpo" or "agentic_opd" (the `agentic_opd` variant: distil a GRPO run's pool)
   c.mesh_shape = (-1, 1, 1)            # (data, fsdp, tensor)
 
   c.model = ml_collections.ConfigDict()
@@ -80,6 +81,12 @@ def cpu_base(env_name: str) -> ml_collections.ConfigDict:
   c.loss.entropy_coef = 0.0
   c.loss.loss_agg_mode = "token-mean"
   c.loss.pg_loss_coef = 1.0
+  c.loss.opd_loss_coef = 1.0           # Agentic-OPD (loss.objective="agentic_opd"): weight of the distillation term
+  c.loss.task_loss_coef = 0.0          #   GRPO task term on every rollout; 0 = pure OPD (the authors' default)
+  c.loss.opd_top_k = 16                #   the student's top-k support of the reverse KL
+  c.loss.opd_max_abs_log_ratio = 0.0   #   clamp of the top-k log-ratio (0: none)
+  c.loss.opd_variant = "topk_reverse_kl"  # or "sampled_token" (the documented PG-OPD advantage)
+  c.loss.lad_other = "none"            #   what rollouts LAD does not route get: "none" or "grpo"
 
   c.optim = ml_collections.ConfigDict()
   c.optim.learning_rate = 1e-4         # 2e-4 degraded the warm start, 5e-5 left it unchanged (docs/results.md)
@@ -99,6 +106,30 @@ def cpu_base(env_name: str) -> ml_collections.ConfigDict:
   c.logging = ml_collections.ConfigDict()
   c.logging.tensorboard = True
   c.logging.plot = True
+
+  c.opd = ml_collections.ConfigDict()  # Agentic-OPD only (method="agentic_opd"; training/opd_trainer.py)
+  c.opd.teacher_run = f"runs/{env_name}_cpu"  # the GRPO run whose checkpoints are the student and the teachers
+  c.opd.student_step = "best"          # "best" (validation) or a step of that run
+  c.opd.scheduler = "hcn"              # hcn (v3), hcn_global, static_best, random, round_robin
+  c.opd.selection_interval = 4         # iterations between teacher re-selections (a multiple of validation.every)
+  c.opd.solved_rule = "any"            # a problem is solved by a checkpoint if any attempt won ("majority": most)
+  c.opd.prune_dominated = False        # drop teachers whose solved set another teacher's contains
+  c.opd.lad = "group_rates"            # LAD routing: "group_rates" (teacher rollouts on the same tasks) or "off"
+  return c
+
+
+def agentic_opd_overrides(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """Agentic-OPD (methods.md §2.3) on top of a run config: the student and teachers come from `opd.teacher_run`
+  (that config's default GRPO run), so no SFT; pure top-k reverse-KL OPD (task_loss_coef 0, k = 16), G = 4 rollouts
+  per task, one update per iteration (the mini-batch is the whole batch). The workdir is `runs/<env>_agentic_opd`."""
+  c.method = "agentic_opd"
+  c.opd.teacher_run = c.workdir
+  c.workdir = f"runs/{c.env.name}_agentic_opd"
+  c.sft.steps = 0
+  c.loss.objective = "agentic_opd"     # the loss.opd_* defaults are the authors' (top-k 16, no task term, no KL)
+  c.grpo.group_size = 4
+  c.grpo.tasks_per_iteration = 8
+  c.grpo.mini_batch_size = 384         # >= the samples of an iteration: one on-policy update per step
   return c
 
 
@@ -133,10 +164,14 @@ def paper_overrides(c: ml_collections.ConfigDict, variant: str) -> ml_collection
 
 def select_variant(arg: str, config_file: str, cpu: Callable[[], ml_collections.ConfigDict],
                    paper: Callable[[str], ml_collections.ConfigDict]) -> ml_collections.ConfigDict:
-  """`get_config(arg)` of an env config: "" or "cpu" -> `cpu()`, a PAPER_MODELS key -> `paper(arg)`."""
+  """`get_config(arg)` of an env config: "" or "cpu" -> `cpu()`, "agentic_opd" -> Agentic-OPD on the CPU default's
+  GRPO run, a PAPER_MODELS key -> `paper(arg)`."""
   variant = arg or "cpu"
   if variant == "cpu":
     return cpu()
+  if variant == "agentic_opd":
+    return agentic_opd_overrides(cpu())
   if variant in PAPER_MODELS:
     return paper(variant)
-  raise ValueError(f"unknown {config_file} variant {variant!r}; choose cpu or one of {sorted(PAPER_MODELS)}")
+  raise ValueError(f"unknown {config_file} variant {variant!r}; choose cpu, agentic_opd or one of "
+                   f"{sorted(PAPER_MODELS)}")

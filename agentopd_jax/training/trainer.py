@@ -93,6 +93,12 @@ def validation_key(c) -> jax.Array:
   return jax.random.fold_in(jax.random.key(c.seed), VALIDATION_STREAM)
 
 
+def sharded_abstract_params(config, mesh):
+  """The params' shapes and dtypes with their mesh shardings: what a checkpoint is restored onto."""
+  return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                      transformer.abstract_params(config), transformer.param_shardings(config, mesh))
+
+
 def checkpoint_policy(c, step: str, mesh):
   """(model config, params, tokenizer, step) of checkpoint `step` ("best", "latest" or an integer) of c.workdir."""
   config, _, tokenizer = load_model_and_tokenizer(c.model, c.tokenizer_path, c.seed, mesh)
@@ -100,9 +106,7 @@ def checkpoint_policy(c, step: str, mesh):
     number = {"best": pool.best_step, "latest": pool.latest_step}.get(step, lambda: int(step))()
     if number is None:
       raise ValueError(f"no {step} checkpoint in {pool.directory}")
-    abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-                            transformer.abstract_params(config), transformer.param_shardings(config, mesh))
-    return config, pool.restore_params(number, abstract), tokenizer, number
+    return config, pool.restore_params(number, sharded_abstract_params(config, mesh)), tokenizer, number
 
 
 class Run:
@@ -132,6 +136,15 @@ class Run:
     self.use_reference = self.loss_cfg.kl_coef > 0
     self.train_step = make_train_step(self.model, self.loss_cfg, self.optimizer, self.mesh, self.use_reference)
     self.key = jax.random.key(c.seed)
+
+  def finish(self, **extra) -> Dict:
+    """The run's summary (`summarize` plus `extra`), written to summary.json, and its learning curves."""
+    summary = dict(summarize(self.pool), **extra)
+    (self.workdir / "summary.json").write_text(json.dumps(summary, indent=2))
+    if self.c.logging.plot:
+      self.log.flush()
+      plot_curves(self.workdir / "logs", self.workdir / "curves.png")
+    return summary
 
   def close(self):
     self.train_engine.env.close()
@@ -267,12 +280,7 @@ def train(c) -> Dict:
       state, _ = run.grpo_iteration(state, iteration)
       if iteration % c.validation.every == 0 or iteration == c.grpo.iterations:
         run.checkpoint(state, iteration, run.validate(state.params, iteration))
-    summary = summarize(run.pool)
-    (run.workdir / "summary.json").write_text(json.dumps(summary, indent=2))
-    if c.logging.plot:
-      run.log.flush()
-      plot_curves(run.workdir / "logs", run.workdir / "curves.png")
-    return summary
+    return run.finish()
   finally:
     run.close()
 

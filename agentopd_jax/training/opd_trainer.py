@@ -1,0 +1,212 @@
+"""Agentic-OPD training: distil the checkpoints a GRPO run discarded back into its best one.
+
+`python experiments/train.py --config=configs/alfworld.py:agentic_opd` (research/methods.md §2.2, at CPU scale):
+
+  start   student = the best-validation checkpoint of the GRPO run in `opd.teacher_run`; teachers = its other
+          checkpoints, each with the solved set Q_i of its recorded validation outcomes (`teachers.pool`).
+          Validate the student (P_0), let the scheduler (`opd.scheduler`, HCN v3 by default) pick a teacher, and
+          make it the one resident teacher (`teachers.resident`).
+  each    roll out the student on training tasks (G per task); LAD (`opd.lad="group_rates"`) also rolls the
+  step    teacher out on the same tasks and routes only the student's *lost* rollouts of tasks where the teacher's
+          group success rate beats the student's; one update of the `agentic_opd` objective (top-k reverse KL on
+          the routed tokens; the teacher scored in the same fused scoring call as the student).
+  every   validate the student (P_t), checkpoint it, and every `opd.selection_interval` iterations re-select the
+  N       teacher with P_t and hot-swap it.
+
+Why LAD compares group success rates here rather than the solved sets Q_i − P_t: those sets are over the validation
+panel, and the student trains on training tasks, which no checkpoint's record covers. The teacher's own rollouts
+on the same tasks are the finer estimate methods.md §2.1 names, at the price of a second rollout per iteration.
+
+Resume: the scheduler's state and the resident teacher's step are saved in each checkpoint's record, so a killed run
+continues with the same teacher and the same weights; `<workdir>/scheduler_state.json` mirrors the latest state.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Dict
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from agentopd_jax.envs.vector import group_tasks
+from agentopd_jax.envs.verl_agent.metrics import episode_metrics
+from agentopd_jax.eval.validate import episode_record
+from agentopd_jax.objectives.advantages import get_advantage_estimator, step_scores
+from agentopd_jax.objectives.distill import lad_mask, lad_token_mask, problem_success_rates
+from agentopd_jax.rollout.batch import collate
+from agentopd_jax.sampling.sampler import SamplingParams
+from agentopd_jax.teachers.coverage import solved_set
+from agentopd_jax.teachers.hcn import SCHEDULERS, Teacher, make_scheduler, save_state
+from agentopd_jax.teachers.pool import build_teacher_pool
+from agentopd_jax.teachers.resident import ResidentTeacher
+from agentopd_jax.training import data
+from agentopd_jax.training.checkpoints import CheckpointPool
+from agentopd_jax.training.logging import progress
+from agentopd_jax.training.train_step import init_state, split_minibatches
+from agentopd_jax.training.trainer import PAD_MULTIPLE, Run, sharded_abstract_params
+
+logger = logging.getLogger(__name__)
+LAD_CHOICES = ("group_rates", "off")
+TEACHER_ROLLOUT_STREAM = 2 * 10**6  # fold_in offset of the teacher's LAD rollouts (student: the iteration index)
+
+
+def check_opd_config(c) -> None:
+  """One clear error per bad `opd` field, before anything is loaded."""
+  o = c.opd
+  if c.loss.objective != "agentic_opd":
+    raise ValueError(f"loss.objective must be 'agentic_opd' for method=agentic_opd, got {c.loss.objective!r}")
+  if o.scheduler not in SCHEDULERS:
+    raise ValueError(f"opd.scheduler: unknown {o.scheduler!r}; choose one of {sorted(SCHEDULERS)}")
+  if o.lad not in LAD_CHOICES:
+    raise ValueError(f"opd.lad must be one of {LAD_CHOICES}, got {o.lad!r}")
+  if o.selection_interval < 1 or o.selection_interval % c.validation.every:
+    raise ValueError(f"opd.selection_interval ({o.selection_interval}) must be a positive multiple of "
+                     f"validation.every ({c.validation.every}): a teacher is re-selected after a student validation")
+  if not (Path(o.teacher_run) / "checkpoints").is_dir():
+    raise ValueError(f"opd.teacher_run: no GRPO run at {o.teacher_run} (expected {o.teacher_run}/checkpoints); run "
+                     f"`python experiments/train.py --config=configs/{c.env.name}.py` first or point it at one")
+
+
+class OpdRun:
+  """A `Run` (model, engines, own checkpoint pool, logger) plus the teacher pool, scheduler and resident teacher."""
+
+  def __init__(self, c):
+    check_opd_config(c)
+    self.c = c
+    self.run = Run(c)
+    o = c.opd
+    self.teacher_pool = build_teacher_pool(o.teacher_run, o.student_step, o.prune_dominated, o.solved_rule)
+    if not self.teacher_pool.teachers:
+      raise ValueError(f"opd.teacher_run: {o.teacher_run} has no checkpoint besides the student; nothing to distil")
+    teachers = [Teacher(name=t.name, step=t.step, solved=t.solved) for t in self.teacher_pool.teachers]
+    self.scheduler = make_scheduler(o.scheduler, teachers, self.teacher_pool.problems)
+    self.abstract = sharded_abstract_params(self.run.model, self.run.mesh)
+    self.teacher = ResidentTeacher(Path(o.teacher_run) / "checkpoints", self.abstract)
+    self.switches = 0
+
+  def close(self):
+    self.teacher.close()
+    self.run.close()
+
+  def student_params(self):
+    """The student's starting params: the chosen checkpoint of the GRPO run."""
+    with CheckpointPool(Path(self.c.opd.teacher_run) / "checkpoints", read_only=True) as pool:
+      return pool.restore_params(self.teacher_pool.student.step, self.abstract)
+
+  def select_teacher(self, outcomes, iteration: int) -> Dict[str, float]:
+    """Re-selects with the student's latest validation outcomes and swaps the resident teacher if it changed."""
+    solved = solved_set(outcomes, self.c.opd.solved_rule)
+    pick = self.scheduler.select(solved)
+    step = self.teacher_pool.teachers[pick.index].step
+    if self.teacher.step is not None and self.teacher.step != step:
+      self.switches += 1
+    self.teacher.load(step)
+    save_state(self.run.workdir / "scheduler_state.json", self.scheduler)
+    metrics = {"opd/teacher_step": float(step), "opd/teacher_switches": float(self.switches),
+               "opd/weighted_marginal_gain": float(pick.priority[pick.index]),
+               "opd/marginal_problems": float(pick.marginal[pick.index]),
+               "opd/student_solved": float(len(solved & self.teacher_pool.problems)),
+               "opd/teacher_swap_s": float(self.teacher.last_swap_s or 0.0)}
+    self.run.log.log(iteration, metrics, phase="opd")
+    return metrics
+
+  def validate_and_checkpoint(self, state, iteration: int, reselect: bool):
+    val = self.run.validate(state.params, iteration)
+    if reselect:
+      self.select_teacher(val["outcomes"], iteration)
+    self.run.pool.save(iteration, {"params": state.params, "opt_state": state.opt_state, "step": state.step},
+                       metrics=val["metrics"], outcomes=val["outcomes"],
+                       config=json.loads(self.c.to_json_best_effort()),
+                       extra={"iteration": iteration, "teacher_step": self.teacher.step,
+                              "switches": self.switches, "scheduler": self.scheduler.state_dict()})
+
+  def routing(self, samples, episodes, tasks, groups, key, sampling) -> np.ndarray:
+    """[N] 0/1 LAD routing of the student's step samples (all ones with `opd.lad="off"`)."""
+    if self.c.opd.lad == "off":
+      return np.ones(len(samples), np.float32)
+    played = self.run.train_engine.run(self.teacher.params, tasks, tasks, groups,
+                                       jax.random.fold_in(key, TEACHER_ROLLOUT_STREAM), sampling)
+    num_groups = max(groups) + 1
+
+    def rates(eps):
+      ok = [e for e in eps if not e.env_failed]
+      return problem_success_rates(jnp.asarray([e.won for e in ok], jnp.float32),
+                                   jnp.asarray([e.group_id for e in ok]), num_groups)
+
+    mask = lad_mask(jnp.asarray([s.won for s in samples], jnp.float32), jnp.asarray([s.group_id for s in samples]),
+                    rates(played.episodes), rates(episodes), mode="group_rates")
+    return np.asarray(mask)
+
+  def iteration(self, state, iteration: int):
+    c, run, t0 = self.c, self.run, time.perf_counter()
+    tasks = data.iteration_tasks(run.train_games, c.grpo.tasks_per_iteration, c.seed, iteration)
+    envs, groups = group_tasks(tasks, c.grpo.group_size)
+    sampling = SamplingParams(temperature=c.rollout.temperature, top_p=c.rollout.top_p, top_k=c.rollout.top_k)
+    key = jax.random.fold_in(run.key, iteration)
+    rollout = run.train_engine.run(state.params, envs, envs, groups, key, sampling)
+    samples = rollout.samples
+    t1 = time.perf_counter()
+    routed = self.routing(samples, rollout.episodes, envs, groups, key, sampling)
+    t2 = time.perf_counter()
+    # GRPO advantages feed the optional task term (`loss.task_loss_coef`, `loss.lad_other="grpo"`).
+    scores = step_scores(jnp.asarray([s.episode_reward for s in samples]),
+                         jnp.asarray([s.action_valid for s in samples]), c.env.invalid_penalty)
+    advantages = get_advantage_estimator(c.grpo.advantage)(
+        scores, jnp.asarray([s.group_id for s in samples]), jnp.ones(len(samples)), num_groups=len(tasks))
+    mb = c.grpo.mini_batch_size
+    batch = collate(samples, np.asarray(advantages).tolist(), PAD_MULTIPLE, rows=-(-len(samples) // mb) * mb)
+    rows = np.zeros(batch.tokens.shape[0], np.float32)
+    rows[:len(samples)] = routed
+    batch.distill_mask = np.asarray(lad_token_mask(jnp.asarray(rows), jnp.asarray(batch.loss_mask)))
+    updates = []
+    for minibatch in split_minibatches(batch, mb, c.grpo.micro_batch_size):
+      state, m = run.train_step(state, minibatch, self.teacher.params)
+      updates.append({k: float(v) for k, v in m.items()})
+    t3 = time.perf_counter()
+    played = [episode_record(ep) for ep in rollout.episodes if not ep.env_failed]
+    metrics = {f"episode/{k}": v for k, v in episode_metrics(played).items()}
+    metrics.update({f"actor/{k}": float(np.mean([u[k] for u in updates])) for k in updates[0]})
+    metrics.update({"opd/routed_samples": float(routed.sum()), "opd/routed_fraction": float(routed.mean()),
+                    "opd/teacher_step": float(self.teacher.step), "time/generate_s": rollout.stats["generate_s"],
+                    "time/lad_s": t2 - t1, "time/update_s": t3 - t2, "time/iteration_s": t3 - t0,
+                    "batch/samples": len(samples), "batch/rows": int(batch.tokens.shape[0])})
+    run.log.log(iteration, metrics, phase="train")
+    return state
+
+
+def train_agentic_opd(c) -> Dict:
+  """Runs (or resumes) an Agentic-OPD job; returns the summary of its own checkpoints (step 0 = the student)."""
+  opd = OpdRun(c)
+  run = opd.run
+  try:
+    latest = run.pool.latest_step()
+    if latest is None:
+      run.log.truncate_after(-1)
+      state = init_state(opd.student_params(), run.optimizer, mesh=run.mesh, model=run.model)
+      opd.validate_and_checkpoint(state, 0, reselect=True)
+      start = 1
+    else:
+      template = init_state(run.init_params, run.optimizer, mesh=run.mesh, model=run.model)
+      saved = run.pool.restore(latest, {"params": template.params, "opt_state": template.opt_state,
+                                        "step": template.step})
+      state = template.replace(params=saved["params"], opt_state=saved["opt_state"], step=saved["step"])
+      extra = run.pool.metadata(latest)["extra"]
+      opd.scheduler.load_state_dict(extra["scheduler"])
+      opd.switches = extra["switches"]
+      opd.teacher.load(extra["teacher_step"])
+      run.log.truncate_after(latest, phases=("train", "val", "opd"))
+      start = latest + 1
+      logger.info("resumed from step %d of %s (teacher: step %d)", latest, run.pool.directory, opd.teacher.step)
+    for iteration in progress(range(start, c.grpo.iterations + 1), desc="agentic-opd", initial=start - 1,
+                              total=c.grpo.iterations):
+      state = opd.iteration(state, iteration)
+      if iteration % c.validation.every == 0 or iteration == c.grpo.iterations:
+        opd.validate_and_checkpoint(state, iteration, reselect=iteration % c.opd.selection_interval == 0)
+    return run.finish(teacher_steps=opd.teacher_pool.steps, student_step=opd.teacher_pool.student.step,
+                      teacher_switches=opd.switches)
+  finally:
+    opd.close()
