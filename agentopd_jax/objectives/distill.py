@@ -32,7 +32,8 @@ import jax
 import jax.numpy as jnp
 
 from agentopd_jax.objectives.advantages import broadcast_to_tokens
-from agentopd_jax.objectives.losses import Normalizer, agg_loss, ppo_dual_clip_loss
+from agentopd_jax.objectives.losses import (Normalizer, add_entropy_bonus, agg_loss, ppo_dual_clip_loss,
+                                            require_score, token_share)
 from agentopd_jax.rollout.batch import TrainBatch
 from agentopd_jax.scoring.fused import Scores
 
@@ -180,17 +181,6 @@ def lad_token_mask(rollout_mask: jnp.ndarray, loss_mask: jnp.ndarray) -> jnp.nda
 # ---------------------------------------------------------------- the objective
 
 
-def _need(array: Optional[jnp.ndarray], what: str, why: str) -> jnp.ndarray:
-  if array is None:
-    raise ValueError(f"{why} needs scores.{what}, which is None (check the objective's score_config)")
-  return array
-
-
-def _token_mean(x: jnp.ndarray, mask: jnp.ndarray, norm: Normalizer) -> jnp.ndarray:
-  """This micro-batch's share of a mini-batch token mean (the registry's metric convention)."""
-  return jnp.sum(x * mask) / norm.tokens
-
-
 def agentic_opd_loss(scores: Scores, batch: TrainBatch, cfg: "LossConfig",
                      norm: Normalizer) -> Tuple[jnp.ndarray, Metrics]:
   """Agentic-OPD actor loss over one micro-batch (methods.md §2.1), d_t = `batch.distill_mask` (1 on every loss
@@ -217,19 +207,19 @@ def agentic_opd_loss(scores: Scores, batch: TrainBatch, cfg: "LossConfig",
   mask = batch.loss_mask.astype(jnp.float32)
   on = (mask > 0).astype(jnp.float32)
   routed = on if batch.distill_mask is None else batch.distill_mask.astype(jnp.float32) * on
-  logprobs = _need(scores.policy_logprobs, "policy_logprobs", "agentic_opd")
+  logprobs = require_score(scores.policy_logprobs, "policy_logprobs", "agentic_opd")
   task_scale = jnp.full_like(mask, cfg.task_loss_coef)
   if cfg.lad_other == "grpo":
     task_scale = task_scale + cfg.pg_loss_coef * (1.0 - routed)
   with_task = cfg.task_loss_coef > 0.0 or (cfg.lad_other == "grpo" and cfg.pg_loss_coef > 0.0)
 
   metrics: Metrics = {
-      "lad_routed_frac": _token_mean(routed, mask, norm),
+      "lad_routed_frac": token_share(routed, mask, norm),
       "lad_routed_rollouts": jnp.sum((jnp.sum(routed, axis=-1) > 0).astype(jnp.float32)) / norm.sequences,
   }
   if cfg.opd_variant == "topk_reverse_kl":
-    student = _need(scores.policy_topk_logprobs, "policy_topk_logprobs", "agentic_opd (topk_reverse_kl)")
-    teacher = _need(scores.teacher_topk_logprobs, "teacher_topk_logprobs", "agentic_opd (topk_reverse_kl)")
+    student = require_score(scores.policy_topk_logprobs, "policy_topk_logprobs", "agentic_opd (topk_reverse_kl)")
+    teacher = require_score(scores.teacher_topk_logprobs, "teacher_topk_logprobs", "agentic_opd (topk_reverse_kl)")
     if student.shape[-1] != cfg.opd_top_k:
       raise ValueError(f"agentic_opd: scores carry top-{student.shape[-1]} log-probs but opd_top_k={cfg.opd_top_k}")
     clamp = cfg.opd_max_abs_log_ratio if cfg.opd_max_abs_log_ratio > 0 else None
@@ -237,32 +227,27 @@ def agentic_opd_loss(scores: Scores, batch: TrainBatch, cfg: "LossConfig",
     opd_loss = agg_loss(per_token * routed, mask, cfg.loss_agg_mode, norm)
     loss = cfg.opd_loss_coef * opd_loss
     metrics["opd_loss"] = opd_loss
-    metrics["opd_reverse_kl"] = _token_mean(per_token, mask, norm)
+    metrics["opd_reverse_kl"] = token_share(per_token, mask, norm)
     if with_task:
       terms = ppo_dual_clip_loss(logprobs, batch.old_logprobs, batch.advantages * task_scale, mask,
                                  cfg.clip_ratio_low, cfg.clip_ratio_high, cfg.clip_ratio_c)
       task_loss = agg_loss(terms.loss, mask, cfg.loss_agg_mode, norm)
       loss = loss + task_loss
-      metrics.update(task_loss=task_loss, pg_clipfrac=_token_mean(terms.clipped, mask, norm),
-                     ppo_kl=_token_mean(terms.approx_kl, mask, norm))
+      metrics.update(task_loss=task_loss, pg_clipfrac=token_share(terms.clipped, mask, norm),
+                     ppo_kl=token_share(terms.approx_kl, mask, norm))
   elif cfg.opd_variant == "sampled_token":
-    teacher_lp = _need(scores.teacher_logprobs, "teacher_logprobs", "agentic_opd (sampled_token)")
+    teacher_lp = require_score(scores.teacher_logprobs, "teacher_logprobs", "agentic_opd (sampled_token)")
     a_opd = sampled_token_opd_advantage(teacher_lp, logprobs, mask)
     task_adv = batch.advantages * task_scale if with_task else None
     terms = opd_policy_loss(logprobs, batch.old_logprobs, cfg.opd_loss_coef * routed * a_opd, mask,
                             cfg.clip_ratio_low, cfg.clip_ratio_high, cfg.clip_ratio_c, task_advantages=task_adv)
     loss = agg_loss(terms.loss, mask, cfg.loss_agg_mode, norm)
-    metrics.update(opd_loss=loss, opd_reverse_kl=_token_mean(-a_opd, mask, norm),
-                   pg_clipfrac=_token_mean(terms.clipped, mask, norm), ppo_kl=_token_mean(terms.approx_kl, mask, norm))
+    metrics.update(opd_loss=loss, opd_reverse_kl=token_share(-a_opd, mask, norm),
+                   pg_clipfrac=token_share(terms.clipped, mask, norm), ppo_kl=token_share(terms.approx_kl, mask, norm))
   else:
     raise ValueError(f"agentic_opd: opd_variant must be one of {OPD_VARIANTS}, got {cfg.opd_variant!r}")
 
-  if scores.policy_entropy is not None:
-    entropy = agg_loss(scores.policy_entropy, mask, cfg.loss_agg_mode, norm)
-    metrics["entropy"] = entropy
-    loss = loss - cfg.entropy_coef * entropy
-  elif cfg.entropy_coef != 0.0:
-    _need(None, "policy_entropy", "entropy_coef != 0")
+  loss = add_entropy_bonus(loss, metrics, scores.policy_entropy, cfg.entropy_coef, mask, cfg.loss_agg_mode, norm)
   return loss, metrics
 
 

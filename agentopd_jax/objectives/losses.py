@@ -8,7 +8,7 @@ Formulas follow verl `core_algos` (`agg_loss`, `compute_policy_loss`, `kl_penalt
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Dict, NamedTuple, Optional
 
 import chex
 import jax.numpy as jnp
@@ -126,3 +126,29 @@ def sft_nll(logprobs: jnp.ndarray, mask: jnp.ndarray) -> jnp.ndarray:
   chex.assert_rank([logprobs, mask], 2)
   chex.assert_equal_shape([logprobs, mask])
   return jnp.where(mask > 0, -logprobs, 0.0)
+
+
+# ---------------------------------------------------------------- shared by the objectives
+
+
+def token_share(x: jnp.ndarray, mask: jnp.ndarray, norm: Normalizer) -> jnp.ndarray:
+  """Σ x·m / N_tokens of the mini-batch: this micro-batch's share of a token-mean statistic (metrics add up)."""
+  return jnp.sum(x * mask) / norm.tokens
+
+
+def require_score(array: Optional[jnp.ndarray], what: str, why: str) -> jnp.ndarray:
+  """`array` (a `Scores` field), or one clear error naming the missing branch."""
+  if array is None:
+    raise ValueError(f"{why} needs scores.{what}, which is None (check the objective's score_config)")
+  return array
+
+
+def add_entropy_bonus(loss: jnp.ndarray, metrics: Dict[str, jnp.ndarray], entropy: Optional[jnp.ndarray],
+                      entropy_coef: float, mask: jnp.ndarray, agg_mode: str, norm: Normalizer) -> jnp.ndarray:
+  """loss − c_ent·agg(H), with agg(H) recorded as metrics["entropy"] whenever the policy entropy was scored."""
+  if entropy is None:
+    if entropy_coef != 0.0:
+      require_score(None, "policy_entropy", "entropy_coef != 0")
+    return loss
+  metrics["entropy"] = agg_loss(entropy, mask, agg_mode, norm)
+  return loss - entropy_coef * metrics["entropy"]

@@ -19,8 +19,8 @@ import jax.numpy as jnp
 
 from agentopd_jax.objectives.distill import (LAD_OTHER, OPD_VARIANTS, agentic_opd_branches, agentic_opd_check,
                                              agentic_opd_loss)
-from agentopd_jax.objectives.losses import (AGG_MODES, KL_KINDS, Normalizer, agg_loss, kl_penalty,
-                                            ppo_dual_clip_loss, sft_nll)
+from agentopd_jax.objectives.losses import (AGG_MODES, KL_KINDS, Normalizer, add_entropy_bonus, agg_loss,
+                                            kl_penalty, ppo_dual_clip_loss, require_score, sft_nll, token_share)
 from agentopd_jax.rollout.batch import TrainBatch
 from agentopd_jax.scoring.fused import ScoreConfig, Scores
 
@@ -128,17 +128,6 @@ def get_objective(name: str) -> Objective:
   return OBJECTIVES[name]
 
 
-def _token_mean(x: jnp.ndarray, mask: jnp.ndarray, norm: Normalizer) -> jnp.ndarray:
-  """Σ x·m / N_tokens of the mini-batch: this micro-batch's share of a token-mean statistic."""
-  return jnp.sum(x * mask) / norm.tokens
-
-
-def _need(array: Optional[jnp.ndarray], what: str, why: str) -> jnp.ndarray:
-  if array is None:
-    raise ValueError(f"{why} needs scores.{what}, which is None (check the objective's score_config)")
-  return array
-
-
 def grpo_loss(scores: Scores, batch: TrainBatch, cfg: LossConfig, norm: Normalizer) -> Tuple[jnp.ndarray, Metrics]:
   """verl-agent actor loss over one micro-batch:
 
@@ -153,26 +142,21 @@ def grpo_loss(scores: Scores, batch: TrainBatch, cfg: LossConfig, norm: Normaliz
   it measures sampler↔trainer numerical drift; afterwards it also includes the policy's own movement.
   """
   mask = batch.loss_mask.astype(jnp.float32)
-  logprobs = _need(scores.policy_logprobs, "policy_logprobs", "the policy-gradient loss")
+  logprobs = require_score(scores.policy_logprobs, "policy_logprobs", "the policy-gradient loss")
   terms = ppo_dual_clip_loss(logprobs, batch.old_logprobs, batch.advantages, mask, cfg.clip_ratio_low,
                              cfg.clip_ratio_high, cfg.clip_ratio_c)
   pg_loss = agg_loss(terms.loss, mask, cfg.loss_agg_mode, norm)
   loss = cfg.pg_loss_coef * pg_loss
   metrics = {
       "pg_loss": pg_loss,
-      "pg_clipfrac": _token_mean(terms.clipped, mask, norm),
-      "pg_clipfrac_lower": _token_mean(terms.dual_clipped, mask, norm),
-      "ppo_kl": _token_mean(terms.approx_kl, mask, norm),
-      "logprob_drift": _token_mean(jnp.abs(logprobs - batch.old_logprobs), mask, norm),
+      "pg_clipfrac": token_share(terms.clipped, mask, norm),
+      "pg_clipfrac_lower": token_share(terms.dual_clipped, mask, norm),
+      "ppo_kl": token_share(terms.approx_kl, mask, norm),
+      "logprob_drift": token_share(jnp.abs(logprobs - batch.old_logprobs), mask, norm),
   }
-  if scores.policy_entropy is not None:
-    entropy = agg_loss(scores.policy_entropy, mask, cfg.loss_agg_mode, norm)
-    metrics["entropy"] = entropy
-    loss = loss - cfg.entropy_coef * entropy
-  elif cfg.entropy_coef != 0.0:
-    _need(None, "policy_entropy", "entropy_coef != 0")
+  loss = add_entropy_bonus(loss, metrics, scores.policy_entropy, cfg.entropy_coef, mask, cfg.loss_agg_mode, norm)
   if cfg.kl_coef > 0.0:
-    ref = _need(scores.reference_logprobs, "reference_logprobs", "kl_coef > 0")
+    ref = require_score(scores.reference_logprobs, "reference_logprobs", "kl_coef > 0")
     kl = agg_loss(kl_penalty(logprobs, ref, cfg.kl_type), mask, cfg.loss_agg_mode, norm)
     metrics["kl"] = kl
     loss = loss + cfg.kl_coef * kl
@@ -187,7 +171,7 @@ def grpo_branches(cfg: LossConfig) -> Dict[str, Any]:
 def sft_loss(scores: Scores, batch: TrainBatch, cfg: LossConfig, norm: Normalizer) -> Tuple[jnp.ndarray, Metrics]:
   """Supervised warm start: L = agg(−log π_θ(y_t)) over the loss mask (demonstration tokens)."""
   mask = batch.loss_mask.astype(jnp.float32)
-  logprobs = _need(scores.policy_logprobs, "policy_logprobs", "the SFT loss")
+  logprobs = require_score(scores.policy_logprobs, "policy_logprobs", "the SFT loss")
   nll = agg_loss(sft_nll(logprobs, mask), mask, cfg.loss_agg_mode, norm)
   metrics = {"nll": nll}
   if scores.policy_entropy is not None:

@@ -32,17 +32,19 @@ that swaps the resident teacher) sees the old file or the new one, never half of
 """
 from __future__ import annotations
 
+import abc
 import dataclasses
 import functools
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
+
+from agentopd_jax.teachers.atomic import atomic_write_json
 
 STRATEGY_V3 = "per_teacher_weighted_qi_minus_pt_reset_selected"
 STRATEGY_GLOBAL = "global_weighted_qi_minus_pt"
@@ -80,7 +82,7 @@ def dataset_of(problem: str) -> str:
   return head if sep else ""
 
 
-class Scheduler:
+class Scheduler(abc.ABC):
   """Shared part of every strategy: the problem index, the solved-set matrix, `select` and the state round trip.
 
   A round: `select(P)` computes every teacher's marginal set against the student's solved set P (ids outside
@@ -136,8 +138,9 @@ class Scheduler:
     """[K] int64 priorities from the student's [N] solved mask, the [K, N] mask q ∈ M_i and |M_i|; unit weights."""
     return marginal
 
+  @abc.abstractmethod
   def _choose(self, priority: np.ndarray, marginal: np.ndarray, per_dataset: np.ndarray) -> int:
-    raise NotImplementedError
+    """The chosen teacher's index: each strategy's own rule."""
 
   def _update(self, i: int, missing: np.ndarray) -> None:
     """Strategy state after teacher i was chosen; baselines have none."""
@@ -414,26 +417,8 @@ def prune_dominated(teachers: Sequence[Teacher]) -> list[Teacher]:
 
 
 def save_state(path: str | os.PathLike, scheduler: Scheduler) -> None:
-  """Write `scheduler.state_dict()` to `path` atomically: a temp file in the same directory, fsync, `os.replace`
-  (then the directory is fsynced so the rename itself survives a crash)."""
-  path = os.path.abspath(os.fspath(path))
-  directory = os.path.dirname(path)
-  fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-  try:
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-      json.dump(scheduler.state_dict(), f)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.unlink(tmp)
-    raise
-  dir_fd = os.open(directory, os.O_RDONLY)
-  try:
-    os.fsync(dir_fd)
-  finally:
-    os.close(dir_fd)
+  """Write `scheduler.state_dict()` to `path` atomically (`atomic_write_json`)."""
+  atomic_write_json(path, scheduler.state_dict())
 
 
 def load_state(path: str | os.PathLike, scheduler: Scheduler) -> None:

@@ -19,10 +19,10 @@ import dataclasses
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Mapping
 
 from agentopd_jax.teachers import hcn
+from agentopd_jax.teachers.atomic import atomic_write_json
 from agentopd_jax.teachers.coverage import SOLVED_RULES, solved_set
 from agentopd_jax.training.checkpoints import CheckpointPool
 
@@ -145,30 +145,9 @@ def build_teacher_pool(run_dir: str | os.PathLike, student_step: int | str = "be
 # --- manifest -------------------------------------------------------------------------------------------------
 
 def write_manifest(path: str | os.PathLike, teachers: Iterable[TeacherEntry]) -> None:
-  """Writes the authors' manifest for `teachers` atomically: a temp file in the same folder, fsync, `os.replace`,
-  then the folder is fsynced so the rename itself survives a crash."""
-  path = os.path.abspath(os.fspath(path))
-  doc = {"version": MANIFEST_VERSION,
-         "teachers": [{"name": t.name, "path": t.path, "step": t.step, "sha256": t.sha256} for t in teachers]}
-  directory = os.path.dirname(path)
-  os.makedirs(directory, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-  try:
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-      json.dump(doc, f, indent=2)
-      f.write("\n")
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.unlink(tmp)
-    raise
-  dir_fd = os.open(directory, os.O_RDONLY)
-  try:
-    os.fsync(dir_fd)
-  finally:
-    os.close(dir_fd)
+  """Writes the authors' manifest for `teachers` atomically (`atomic_write_json`)."""
+  atomic_write_json(path, {"version": MANIFEST_VERSION, "teachers": [
+      {"name": t.name, "path": t.path, "step": t.step, "sha256": t.sha256} for t in teachers]}, indent=2)
 
 
 def _manifest_record(path: str, i: int, t) -> tuple[str, str, int, str]:
