@@ -194,10 +194,10 @@ def bench_train_step(args, cfg, peak_gflops: float) -> tuple:
   hw_step = jaxpr_matmul_flops(step, state, minibatch)  # traced before the first call donates `state`
   log(f"train step compiled in {step_compile_s:.1f} s")
   holder = {}
-  holder["state"], _ = jax.block_until_ready(step_compiled(state, minibatch))  # first run (allocations)
+  holder["state"], _ = jax.block_until_ready(step_compiled(state, minibatch, None))  # first run (allocations)
 
   def run_step():
-    holder["state"], out = step_compiled(holder["state"], minibatch)
+    holder["state"], out = step_compiled(holder["state"], minibatch, None)
     jax.block_until_ready((holder["state"], out))
     holder["metrics"] = out
 

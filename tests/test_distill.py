@@ -8,10 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from agentopd_jax.objectives import (LossConfig, broadcast_to_tokens, get_objective, lad_mask, lad_token_mask,
+from agentopd_jax.objectives import (LossConfig, broadcast_to_tokens, get_objective, lad_mask,
                                      normalizer_for, opd_policy_loss, ppo_dual_clip_loss, problem_success_rates,
                                      sampled_token_opd_advantage, topk_reverse_kl)
-from agentopd_jax.rollout.batch import TrainBatch
+from agentopd_jax.rollout.batch import TrainBatch, collate
+from agentopd_jax.rollout.types import Sample
 from agentopd_jax.scoring.fused import ScoreConfig, Scores
 
 LN = math.log
@@ -156,10 +157,19 @@ def test_lad_mask_group_rates_worked_example():
   np.testing.assert_allclose(problem_success_rates(won[:8], q[:8], 5), [0.5, 0, 0, 0.5, 0])   # no rollouts → 0
 
 
-def test_lad_token_mask_broadcasts_over_the_loss_mask_indicator():
-  loss_mask = jnp.array([[0, 1, 2, 0], [0, 1, 1, 1], [0, 0, 0, 0]], jnp.float32)   # weighted row 0, padding row 2
-  d = lad_token_mask(jnp.array([1.0, 0.0, 1.0]), loss_mask)
-  np.testing.assert_array_equal(d, [[0, 1, 1, 0], [0, 0, 0, 0], [0, 0, 0, 0]])
+def test_collate_distill_weights_cover_the_generated_tokens_of_each_sample():
+  # Routing is per rollout; it reaches the loss on that rollout's generated tokens only (observation tokens of a
+  # whole-trajectory sample have completion mask 0), with or without packing, and padding rows get 0.
+  samples = [Sample(prompt_ids=[5, 6], completion_ids=[7, 8, 9], completion_mask=[1, 0, 1],
+                    behaviour_logprobs=[-1.0, 0.0, -1.0], group_id=0, problem_id="a", traj_id=0, step_index=-1,
+                    action_valid=1.0),
+             Sample(prompt_ids=[5], completion_ids=[7, 8], completion_mask=[1, 1], behaviour_logprobs=[-1.0, -1.0],
+                    group_id=0, problem_id="a", traj_id=1, step_index=-1, action_valid=1.0)]
+  batch = collate(samples, [1.0, -1.0], pad_to_multiple=8, rows=3, distill_weights=[1.0, 0.0])
+  np.testing.assert_array_equal(batch.distill_mask, [[0, 0, 1, 0, 1, 0, 0, 0], [0] * 8, [0] * 8])
+  packed = collate(samples, [1.0, -1.0], pad_to_multiple=8, pack_width=8, distill_weights=[0.0, 1.0])
+  np.testing.assert_array_equal(packed.segment_ids, [[1, 1, 1, 1, 1, 2, 2, 2]])
+  np.testing.assert_array_equal(packed.distill_mask, [[0, 0, 0, 0, 0, 0, 1, 1]])
 
 
 # ---------------------------------------------------------------- the agentic_opd objective
@@ -235,7 +245,7 @@ def test_agentic_opd_task_term_and_lad_routing():
   np.testing.assert_allclose(loss, opd - 0.12, rtol=1e-5)
   np.testing.assert_allclose(metrics["pg_clipfrac"], 1 / 5, rtol=1e-6)
   # LAD routes row 0 only: the OPD term keeps the loss mask's denominator (Σ_j m_j ℓ_j / Σ_j |τ_j|, methods.md).
-  d = lad_token_mask(jnp.array([1.0, 0.0]), batch.loss_mask)
+  d = broadcast_to_tokens(jnp.array([1.0, 0.0]), (batch.loss_mask > 0).astype(jnp.float32))
   scores, batch = _opd_batch(distill_mask=d)
   routed_opd = (ELL[0][1] + ELL[0][2] + ELL[0][3]) / 5
   loss, metrics = _run(LossConfig(objective="agentic_opd", opd_top_k=2), scores, batch)
@@ -266,7 +276,7 @@ def test_agentic_opd_sampled_token_variant():
   loss, _ = _run(dataclasses.replace(cfg, task_loss_coef=1.0), scores, batch)
   np.testing.assert_allclose(loss, -0.214, rtol=1e-5)
   # Routing row 0 only removes row 1's OPD advantage: 0.4 − 0.05 drop out → (−0.12 + 0.2 − 0.3) / 5 = −0.044.
-  scores, batch = _opd_batch(distill_mask=lad_token_mask(jnp.array([1.0, 0.0]), batch.loss_mask))
+  scores, batch = _opd_batch(distill_mask=broadcast_to_tokens(jnp.array([1.0, 0.0]), (batch.loss_mask > 0).astype(jnp.float32)))
   loss, _ = _run(cfg, scores, batch)
   np.testing.assert_allclose(loss, -0.044, rtol=1e-5)
 

@@ -3,13 +3,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentopd_jax.models import config as model_config, transformer
 from agentopd_jax.objectives.registry import LossConfig
 from agentopd_jax.parallel.sharding import make_mesh
-from agentopd_jax.rollout.batch import TrainBatch
-from agentopd_jax.training.train_step import (OptimConfig, init_state, learning_rate_schedule, make_optimizer,
-                                              make_train_step, split_minibatches)
+from agentopd_jax.rollout.batch import TrainBatch, pack_rows
+from agentopd_jax.rollout.types import Sample
+from agentopd_jax.training.train_step import (OptimConfig, init_state, learning_rate_schedule, make_minibatches,
+                                              make_optimizer, make_train_step, split_minibatches)
 
 CONFIG = model_config.preset("tiny", vocab_size=256, hidden_size=64, intermediate_size=128, num_layers=2,
                              num_heads=4, num_kv_heads=2, head_dim=16)
@@ -108,6 +111,59 @@ def test_split_minibatches_shapes_and_errors():
     split_minibatches(_batch(rows=8), 3, 1)
 
 
+def _samples(n=12, seed=0):
+  """Step samples of 10-60 tokens with on-policy-ish behaviour log-probs and ±1 advantages."""
+  rng = np.random.default_rng(seed)
+  out = []
+  for i in range(n):
+    p, r = int(rng.integers(5, 40)), int(rng.integers(2, 20))
+    out.append(Sample(prompt_ids=rng.integers(3, CONFIG.vocab_size, p).tolist(),
+                      completion_ids=rng.integers(3, CONFIG.vocab_size, r).tolist(), completion_mask=[1] * r,
+                      behaviour_logprobs=(-np.log(CONFIG.vocab_size) + 0.05 * rng.standard_normal(r)).tolist(),
+                      group_id=i // 4, problem_id=str(i // 4), traj_id=i, step_index=0, action_valid=1.0))
+  return out, np.where(rng.random(n) < 0.5, 1.0, -1.0).tolist()
+
+
+@pytest.mark.parametrize("loss", [LossConfig(kl_coef=0.01, entropy_coef=0.001), LossConfig(objective="sft")],
+                         ids=["grpo_kl_entropy", "sft"])
+def test_packed_minibatches_train_exactly_like_one_sample_per_row(loss):
+  # Packing only rearranges tokens: segments keep attention apart and positions restart, so a token-mean loss,
+  # its gradients and the updated params equal the unpacked batch's.
+  samples, adv = _samples()
+  results = []
+  for pack_width in (0, 64):
+    minibatches = make_minibatches(samples, adv, 6, 2, pack_width)
+    optimizer = make_optimizer(OPTIM)
+    params = _params()
+    state = init_state(params, optimizer, jax.tree.map(jnp.copy, params) if loss.kl_coef else None)
+    step = make_train_step(CONFIG, loss, optimizer, with_reference=bool(loss.kl_coef))
+    losses = []
+    for mb in minibatches:
+      state, m = step(state, mb)
+      losses.append(float(m["loss"]))
+    results.append((state.params, losses, minibatches))
+  (unpacked, l0, mb0), (packed, l1, mb1) = results
+  assert len(mb0) == len(mb1) == 2
+  assert mb1[0].tokens.size < mb0[0].tokens.size  # fewer padded tokens
+  assert int(mb1[0].segment_ids.max()) > 1       # rows really hold several samples
+  np.testing.assert_allclose(l0, l1, rtol=1e-5)
+  for a, b in zip(jax.tree.leaves(unpacked), jax.tree.leaves(packed)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6, rtol=1e-5)
+
+
+def test_make_minibatches_shapes():
+  samples, adv = _samples(n=10)
+  parts = make_minibatches(samples, adv, 4, 2)                 # unpacked: 3 runs of <= 4 samples, 4 rows each
+  assert [p.tokens.shape[:2] for p in parts] == [(2, 2)] * 3 and parts[0].tokens.shape[2] % 128 == 0
+  assert float(sum(p.loss_mask.sum() for p in parts)) == sum(len(s.completion_ids) for s in samples)
+  packed = make_minibatches(samples, adv, 4, 16, pack_width=128)
+  shapes = {p.tokens.shape for p in packed}
+  assert len(shapes) == 1 and shapes.pop()[1:] == (4, 128)    # one shape; rows bucketed to a multiple of 4
+  assert float(sum(p.loss_mask.sum() for p in packed)) == sum(len(s.completion_ids) for s in samples)
+  wide = make_minibatches(samples, adv, 4, 16, pack_width=16)  # rows widen to the longest sample (rounded up)
+  assert wide[0].tokens.shape[-1] == 128
+
+
 def test_learning_rate_schedule_warms_up_then_cosine_decays_to_the_floor():
   cfg = OptimConfig(learning_rate=1e-2, warmup_steps=2, decay_steps=4, final_lr_ratio=0.1)
   # Hand-computed: warmup 0, 0.5, then cosine 1e-2 * (0.1 + 0.9 * (1 + cos(pi k / 4)) / 2) for k = 0..4, then flat.
@@ -153,3 +209,19 @@ def test_distillation_step_without_teacher_is_an_error():
   step = make_train_step(CONFIG, LossConfig(objective="agentic_opd", opd_top_k=4), optimizer)
   with pytest.raises(ValueError, match="teacher_params"):
     step(init_state(_params(), optimizer), split_minibatches(_batch(), 8, 4)[0])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 64), min_size=1, max_size=40), st.integers(64, 200))
+def test_pack_rows_places_every_sample_once_within_the_width(lengths, width):
+  rows = pack_rows(lengths, width)
+  assert sorted(i for row in rows for i in row) == list(range(len(lengths)))
+  assert all(sum(lengths[i] for i in row) <= width for row in rows)
+  # First-fit never leaves two rows that could be merged, so it uses < 2x the optimal number of rows.
+  assert len(rows) <= max(1, 2 * -(-sum(lengths) // width))
+  assert rows == pack_rows(lengths, width)  # deterministic
+
+
+def test_pack_rows_rejects_a_sample_wider_than_the_row():
+  with pytest.raises(ValueError, match="over the row width 8"):
+    pack_rows([3, 9], 8)

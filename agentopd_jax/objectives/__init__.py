@@ -3,7 +3,7 @@ from agentopd_jax.objectives.advantages import (ADVANTAGE_ESTIMATORS, GRPO_MODES
                                                 get_advantage_estimator, grpo_advantages, informative_groups,
                                                 step_scores)
 from agentopd_jax.objectives.distill import (LAD_MODES, LAD_OTHER, OPD_VARIANTS, agentic_opd_branches,
-                                             agentic_opd_check, agentic_opd_loss, lad_mask, lad_token_mask,
+                                             agentic_opd_check, agentic_opd_loss, lad_mask,
                                              opd_policy_loss, problem_success_rates, sampled_token_opd_advantage,
                                              topk_reverse_kl)
 from agentopd_jax.objectives.losses import (AGG_MODES, KL_KINDS, Normalizer, PolicyLossTerms, agg_loss, kl_penalty,
@@ -17,6 +17,6 @@ __all__ = [
     "normalizer_for", "ppo_dual_clip_loss", "sft_nll", "OBJECTIVES", "LossConfig", "Objective", "get_objective",
     "grpo_branches", "grpo_loss", "register_objective", "sft_branches", "sft_loss",
     "LAD_MODES", "LAD_OTHER", "OPD_VARIANTS", "agentic_opd_branches", "agentic_opd_check", "agentic_opd_loss",
-    "lad_mask", "lad_token_mask", "opd_policy_loss", "problem_success_rates", "sampled_token_opd_advantage",
+    "lad_mask", "opd_policy_loss", "problem_success_rates", "sampled_token_opd_advantage",
     "topk_reverse_kl",
 ]

@@ -10,7 +10,8 @@ run, scored on the student's own rollouts (`scoring.fused`, teacher mode "params
 
 LAD (Locality-Aware Distillation) is not in the released code; `lad_mask` implements the seed's rule "distil only the
 student's failed trajectories, on problems where the teacher does better" as a 0/1 weight per rollout. It reaches the
-loss as `TrainBatch.distill_mask`, a per-token routing weight (`lad_token_mask`); `None` routes every loss token
+loss as `TrainBatch.distill_mask`, a per-token routing weight (`rollout.batch.collate(distill_weights=...)`); `None`
+routes every loss token
 (plain Agentic-OPD, what the released code does).
 
 `agentic_opd_loss` assembles the objective registered as "agentic_opd" (see `objectives.registry`):
@@ -31,7 +32,6 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from agentopd_jax.objectives.advantages import broadcast_to_tokens
 from agentopd_jax.objectives.losses import (Normalizer, add_entropy_bonus, agg_loss, ppo_dual_clip_loss,
                                             require_score, token_share)
 from agentopd_jax.rollout.batch import TrainBatch
@@ -167,15 +167,6 @@ def problem_success_rates(won: jnp.ndarray, problem_ids_int: jnp.ndarray, num_pr
   wins = jax.ops.segment_sum(w * (jnp.asarray(won) > 0), q, num_segments=num_problems)
   count = jax.ops.segment_sum(w, q, num_segments=num_problems)
   return wins / jnp.maximum(count, 1.0)
-
-
-def lad_token_mask(rollout_mask: jnp.ndarray, loss_mask: jnp.ndarray) -> jnp.ndarray:
-  """Per-rollout routing [N] → per-token `TrainBatch.distill_mask` [N, T]: m_j on row j's loss tokens, else 0.
-
-  Spread over the loss mask's *indicator*, not its values: a weighted loss mask applies its weights once, in the
-  aggregation, and the routing weight multiplies on top. Padding rows (zero loss mask) get 0 whatever m_j is.
-  """
-  return broadcast_to_tokens(rollout_mask, (loss_mask > 0).astype(jnp.float32))
 
 
 # ---------------------------------------------------------------- the objective

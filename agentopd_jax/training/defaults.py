@@ -19,6 +19,8 @@ def cpu_base(env_name: str) -> ml_collections.ConfigDict:
   c.workdir = f"runs/{env_name}_cpu"
   c.method = "grpo"                    # "grpo" or "agentic_opd" (the `agentic_opd` variant: distil a GRPO run's pool)
   c.mesh_shape = (-1, 1, 1)            # (data, fsdp, tensor)
+  c.pack_width = 512                   # training rows hold several samples, up to this many tokens (rows widen to the
+                                       # longest sample); 0: one sample per row. Needs loss_agg_mode "token-mean"
 
   c.model = ml_collections.ConfigDict()
   c.model.preset = "tiny"              # used when model.path is empty (random init)
@@ -50,7 +52,7 @@ def cpu_base(env_name: str) -> ml_collections.ConfigDict:
   c.sft.steps = 330                    # 0 skips the warm start
   c.sft.demos = 1200                   # expert episodes from the training split (diverse demos generalise)
   c.sft.batch_size = 16                # small batches, many steps: copying from the context forms with steps
-  c.sft.micro_batch_size = 16
+  c.sft.micro_batch_size = 16          # rows per micro-batch
   c.sft.learning_rate = 2e-3
   c.sft.warmup_steps = 10
   c.sft.lr_schedule = "cosine"         # "cosine" (decays to 0.1x by the last step) or "constant"
@@ -69,7 +71,7 @@ def cpu_base(env_name: str) -> ml_collections.ConfigDict:
   c.grpo.advantage = "grpo"            # registry key: "grpo" (mean_std_norm) or "grpo_mean_norm"
   c.grpo.filter_groups = False         # DAPO dynamic sampling: train only on groups whose episodes' rewards differ
   c.grpo.mini_batch_size = 160         # samples per optimizer step (rows padded up to a multiple)
-  c.grpo.micro_batch_size = 32
+  c.grpo.micro_batch_size = 16         # rows per micro-batch (a packed row holds several samples)
 
   c.loss = ml_collections.ConfigDict()
   c.loss.objective = "grpo"

@@ -36,8 +36,7 @@ from agentopd_jax.envs.vector import group_tasks
 from agentopd_jax.envs.verl_agent.metrics import episode_metrics
 from agentopd_jax.eval.validate import episode_record
 from agentopd_jax.objectives.advantages import get_advantage_estimator, step_scores
-from agentopd_jax.objectives.distill import lad_mask, lad_token_mask, problem_success_rates
-from agentopd_jax.rollout.batch import collate
+from agentopd_jax.objectives.distill import lad_mask, problem_success_rates
 from agentopd_jax.sampling.sampler import SamplingParams
 from agentopd_jax.teachers.coverage import solved_set
 from agentopd_jax.teachers.hcn import SCHEDULERS, Teacher, make_scheduler, save_state
@@ -46,8 +45,8 @@ from agentopd_jax.teachers.resident import ResidentTeacher
 from agentopd_jax.training import data
 from agentopd_jax.training.checkpoints import CheckpointPool
 from agentopd_jax.training.logging import progress
-from agentopd_jax.training.train_step import init_state, split_minibatches
-from agentopd_jax.training.trainer import PAD_MULTIPLE, Run, sharded_abstract_params
+from agentopd_jax.training.train_step import init_state, make_minibatches
+from agentopd_jax.training.trainer import Run, sharded_abstract_params
 
 logger = logging.getLogger(__name__)
 LAD_CHOICES = ("group_rates", "off")
@@ -157,13 +156,10 @@ class OpdRun:
                          jnp.asarray([s.action_valid for s in samples]), c.env.invalid_penalty)
     advantages = get_advantage_estimator(c.grpo.advantage)(
         scores, jnp.asarray([s.group_id for s in samples]), jnp.ones(len(samples)), num_groups=len(tasks))
-    mb = c.grpo.mini_batch_size
-    batch = collate(samples, np.asarray(advantages).tolist(), PAD_MULTIPLE, rows=-(-len(samples) // mb) * mb)
-    rows = np.zeros(batch.tokens.shape[0], np.float32)
-    rows[:len(samples)] = routed
-    batch.distill_mask = np.asarray(lad_token_mask(jnp.asarray(rows), jnp.asarray(batch.loss_mask)))
+    minibatches = make_minibatches(samples, np.asarray(advantages).tolist(), c.grpo.mini_batch_size,
+                                   c.grpo.micro_batch_size, c.pack_width, distill_weights=routed.tolist())
     updates = []
-    for minibatch in split_minibatches(batch, mb, c.grpo.micro_batch_size):
+    for minibatch in minibatches:
       state, m = run.train_step(state, minibatch, self.teacher.params)
       updates.append({k: float(v) for k, v in m.items()})
     t3 = time.perf_counter()
@@ -173,7 +169,8 @@ class OpdRun:
     metrics.update({"opd/routed_samples": float(routed.sum()), "opd/routed_fraction": float(routed.mean()),
                     "opd/teacher_step": float(self.teacher.step), "time/generate_s": rollout.stats["generate_s"],
                     "time/lad_s": t2 - t1, "time/update_s": t3 - t2, "time/iteration_s": t3 - t0,
-                    "batch/samples": len(samples), "batch/rows": int(batch.tokens.shape[0])})
+                    "batch/samples": len(samples),
+                    "batch/rows": sum(b.tokens.shape[0] * b.tokens.shape[1] for b in minibatches)})
     run.log.log(iteration, metrics, phase="train")
     return state
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Optional
+from typing import Any, List, Optional, Sequence
 
 import flax.struct
 import jax
@@ -24,7 +24,8 @@ from agentopd_jax.models import transformer
 from agentopd_jax.models.config import ModelConfig
 from agentopd_jax.objectives.losses import normalizer_for
 from agentopd_jax.objectives.registry import LossConfig, get_objective
-from agentopd_jax.rollout.batch import TrainBatch
+from agentopd_jax.rollout.batch import TrainBatch, collate, pack_rows, round_up
+from agentopd_jax.rollout.types import Sample
 from agentopd_jax.scoring.fused import score
 
 
@@ -152,11 +153,18 @@ def make_train_step(model: ModelConfig, loss_cfg: LossConfig, optimizer: optax.G
                    tokens=norm.tokens.astype(jnp.float32))
     return new_state, metrics
 
-  def checked(fn):
-    def call(state: TrainState, minibatch: TrainBatch, teacher_params=None):
+  def checked(jitted, place=lambda minibatch: minibatch):
+    """The step as called by trainers: the teacher check, the mini-batch placement, then the jitted function.
+    `.lower(...)` lowers the same call ahead of time (benchmarks compile it once and time the compiled step)."""
+    def args(state, minibatch, teacher_params):
       if needs_teacher and teacher_params is None:
         raise ValueError(f"objective {loss_cfg.objective!r} scores a teacher: pass teacher_params to the step")
-      return fn(state, minibatch, teacher_params if needs_teacher else None)
+      return state, place(minibatch), teacher_params if needs_teacher else None
+
+    def call(state: TrainState, minibatch: TrainBatch, teacher_params=None):
+      return jitted(*args(state, minibatch, teacher_params))
+
+    call.lower = lambda state, minibatch, teacher_params=None: jitted.lower(*args(state, minibatch, teacher_params))
     return call
 
   if mesh is None:
@@ -164,11 +172,7 @@ def make_train_step(model: ModelConfig, loss_cfg: LossConfig, optimizer: optax.G
   shardings = state_shardings(model, optimizer, mesh, with_reference)
   replicated = NamedSharding(mesh, P())
   jitted = jax.jit(step, donate_argnums=0, out_shardings=(shardings, replicated))
-
-  def sharded_step(state: TrainState, minibatch: TrainBatch, teacher_params=None):
-    return jitted(state, jax.device_put(minibatch, minibatch_sharding(mesh, minibatch)), teacher_params)
-
-  return checked(sharded_step)
+  return checked(jitted, lambda minibatch: jax.device_put(minibatch, minibatch_sharding(mesh, minibatch)))
 
 
 def split_minibatches(batch: TrainBatch, minibatch_size: int, micro_batch_size: int):
@@ -183,3 +187,35 @@ def split_minibatches(batch: TrainBatch, minibatch_size: int, micro_batch_size: 
     out.append(jax.tree.map(lambda x: x[start:start + minibatch_size].reshape(a, micro_batch_size, *x.shape[1:]),
                             batch))
   return out
+
+
+PAD_MULTIPLE = 128  # sequence-length bucket of unpacked batches: bounds recompilation as lengths vary
+PACKED_ROW_MULTIPLE = 4  # row-count bucket of packed mini-batches, for the same reason
+
+
+def make_minibatches(samples: Sequence[Sample], advantages: Sequence[float], minibatch_size: int,
+                     micro_batch_size: int, pack_width: int = 0,
+                     distill_weights: Optional[Sequence[float]] = None) -> List[TrainBatch]:
+  """The update's mini-batches, [A, m, T] host arrays each: runs of `minibatch_size` consecutive samples, one
+  optimizer step each (the last run may be shorter).
+
+  Unpacked (`pack_width` 0): a row is a sample; every mini-batch has `minibatch_size` rows, the last padded with empty
+  rows, split into micro-batches of `micro_batch_size` rows (at most the mini-batch). Packed: each run is packed into
+  rows of `pack_width` tokens (`collate`), and every mini-batch gets the same row count R (the most any run needs,
+  rounded up to PACKED_ROW_MULTIPLE, then to a multiple of `micro_batch_size` rows when larger), so all mini-batches
+  of an iteration share one compiled shape. Token-mean losses are identical either way.
+  """
+  n = len(samples)
+  runs = [slice(i, min(i + minibatch_size, n)) for i in range(0, n, minibatch_size)]
+  weights = (lambda run: None) if distill_weights is None else (lambda run: list(distill_weights[run]))
+  if not pack_width:
+    batch = collate(samples, advantages, PAD_MULTIPLE, rows=len(runs) * minibatch_size,
+                    distill_weights=None if distill_weights is None else list(distill_weights))
+    return split_minibatches(batch, minibatch_size, min(micro_batch_size, minibatch_size))
+  width = max(pack_width, round_up(max(s.length for s in samples), PAD_MULTIPLE))
+  rows = max(len(pack_rows([s.length for s in samples[run]], width)) for run in runs)
+  rows = round_up(rows, PACKED_ROW_MULTIPLE)
+  micro = min(micro_batch_size, rows)
+  rows = round_up(rows, micro)
+  return [split_minibatches(collate(samples[run], advantages[run], PAD_MULTIPLE, rows=rows, pack_width=width,
+                                    distill_weights=weights(run)), rows, micro)[0] for run in runs]

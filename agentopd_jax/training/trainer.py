@@ -13,7 +13,6 @@ import dataclasses
 import functools
 import json
 import logging
-import math
 import time
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
@@ -30,7 +29,6 @@ from agentopd_jax.models.loading import load_model_and_tokenizer
 from agentopd_jax.objectives.advantages import get_advantage_estimator, informative_groups, step_scores
 from agentopd_jax.objectives.registry import LossConfig
 from agentopd_jax.parallel.sharding import make_mesh
-from agentopd_jax.rollout.batch import collate
 from agentopd_jax.rollout.chat import ChatFormat
 from agentopd_jax.rollout.demonstrations import demonstration_samples
 from agentopd_jax.rollout.engine import RolloutConfig, RolloutEngine
@@ -40,12 +38,11 @@ from agentopd_jax.sampling.sampler import Sampler, SamplingParams
 from agentopd_jax.training import data
 from agentopd_jax.training.checkpoints import CheckpointPool
 from agentopd_jax.training.logging import MetricsLogger, plot_curves, progress
-from agentopd_jax.training.train_step import (OptimConfig, init_state, make_optimizer, make_train_step,
-                                              split_minibatches)
+from agentopd_jax.training.train_step import (OptimConfig, init_state, make_minibatches, make_optimizer,
+                                              make_train_step)
 
 logger = logging.getLogger(__name__)
 RANDOM_INIT_PRESETS = ("tiny", "small")  # CPU-sized models trained from scratch; larger ones load a checkpoint
-PAD_MULTIPLE = 128  # sequence-length bucket of training batches: bounds recompilation as lengths vary
 VALIDATION_STREAM = 10**6  # fold_in index of the validation key; GRPO iteration i uses index i
 
 
@@ -132,6 +129,10 @@ class Run:
     self.pool = CheckpointPool(self.workdir / "checkpoints", keep=c.checkpoint.keep or None)
     self.log = MetricsLogger(self.workdir / "logs", use_tensorboard=c.logging.tensorboard)
     self.loss_cfg = config_dataclass(LossConfig, c.loss)
+    if c.pack_width < 0 or (c.pack_width and self.loss_cfg.loss_agg_mode != "token-mean"):
+      raise ValueError(f"pack_width={c.pack_width}: packing needs pack_width > 0 and loss.loss_agg_mode "
+                       f"'token-mean' (a packed row is not one sequence); got {self.loss_cfg.loss_agg_mode!r}. "
+                       f"Set pack_width=0 for one sample per row")
     self.optimizer = make_optimizer(config_dataclass(OptimConfig, c.optim))
     self.use_reference = self.loss_cfg.kl_coef > 0
     self.train_step = make_train_step(self.model, self.loss_cfg, self.optimizer, self.mesh, self.use_reference)
@@ -174,14 +175,15 @@ class Run:
     size = min(c.sft.batch_size, len(demos))
     for s in progress(range(c.sft.steps), desc="sft"):
       picked = [demos[i] for i in rng.choice(len(demos), size, replace=False)]
-      batch = collate(picked, [0.0] * size, PAD_MULTIPLE)
+      (batch,) = make_minibatches(picked, [0.0] * size, size, c.sft.micro_batch_size, c.pack_width)
       if c.sft.train_on_prompt:
         # Language modelling on the whole demonstration (env text included): a from-scratch model gets ~30x more
         # supervised tokens for the same compute (docs/results.md: valid replies 0 -> 66 % after 50 steps).
         # The replies are ~4 % of those tokens, so they are up-weighted (`sft.reply_weight`) to keep the action
-        # choice, where the copying from context must happen, a sizeable share of the loss.
-        batch.loss_mask = ((batch.segment_ids > 0) + (c.sft.reply_weight - 1.0) * batch.loss_mask).astype(np.float32)
-      state, metrics = step_fn(state, split_minibatches(batch, size, min(c.sft.micro_batch_size, size))[0])
+        # choice, where the copying from context must happen, a sizeable share of the loss. A sample's first token
+        # has no prediction (position 0), nor, when rows are packed, a context of its own.
+        batch.loss_mask = ((batch.positions > 0) + (c.sft.reply_weight - 1.0) * batch.loss_mask).astype(np.float32)
+      state, metrics = step_fn(state, batch)
       self.log.log(s + 1, {f"sft/{k}": float(v) for k, v in metrics.items()}, phase="sft")
     return state.params
 
@@ -216,12 +218,12 @@ class Run:
     trained = samples
     if c.grpo.filter_groups:
       trained, advantages = informative_samples(samples, advantages, len(tasks))
-    mb = c.grpo.mini_batch_size
     # No informative group (filter_groups): the iteration makes no update, as DAPO skips an empty batch.
-    batch = collate(trained, advantages, PAD_MULTIPLE, rows=math.ceil(len(trained) / mb) * mb) if trained else None
+    minibatches = (make_minibatches(trained, advantages, c.grpo.mini_batch_size, c.grpo.micro_batch_size,
+                                    c.pack_width) if trained else [])
     t2 = time.perf_counter()
     updates = []
-    for minibatch in split_minibatches(batch, mb, c.grpo.micro_batch_size) if trained else []:
+    for minibatch in minibatches:
       state, m = self.train_step(state, minibatch)
       updates.append({k: float(v) for k, v in m.items()})
     t3 = time.perf_counter()
@@ -234,8 +236,10 @@ class Run:
     metrics.update({"time/env_s": rollout.stats["env_s"], "time/generate_s": rollout.stats["generate_s"],
                     "time/advantage_s": t2 - t1, "time/update_s": t3 - t2, "time/iteration_s": t3 - t0,
                     "batch/samples": len(samples), "batch/trained_samples": len(trained),
-                    "batch/rows": batch.tokens.shape[0] if trained else 0,
-                    "batch/width": batch.tokens.shape[1] if trained else 0, "batch/updates": len(updates),
+                    "batch/rows": sum(b.tokens.shape[0] * b.tokens.shape[1] for b in minibatches),
+                    "batch/width": minibatches[0].tokens.shape[-1] if minibatches else 0,
+                    "batch/tokens": sum(int(b.segment_ids.astype(bool).sum()) for b in minibatches),
+                    "batch/updates": len(updates),
                     "batch/env_failed": sum(ep.env_failed for ep in rollout.episodes),
                     "batch/score_mean": float(jnp.mean(scores))})
     self.log.log(iteration, metrics, phase="train")
