@@ -18,8 +18,6 @@ def _cpu():
   c.rollout.max_prompt_tokens = 1536
   c.rollout.max_response_tokens = 32
   c.sft.demos = 800
-  c.sft.steps = 120                    # pages make prompts ~3x ALFWorld's: fewer SFT steps keep the CPU run short
-  c.validation.num_tasks = 32          # 64 episodes of up to 15 steps per validation
   return c
 
 

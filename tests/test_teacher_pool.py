@@ -129,6 +129,10 @@ def test_missing_outcomes_is_a_clear_error(tmp_path):
     _save(ckpts, 5, 0.2, None)
   with pytest.raises(ValueError, match=r"step 5 in .* has no validation outcomes.*leave it out of the pool"):
     build_teacher_pool(tmp_path)
+  # With an `evaluate` function the missing outcomes are computed, for that checkpoint only.
+  asked = []
+  pool = build_teacher_pool(tmp_path, evaluate=lambda step: asked.append(step) or {"a": (0, 1), "b": (2, 2)})
+  assert asked == [5] and pool.teacher(5).solved == frozenset({"b"}) and pool.student.solved == frozenset({"a"})
   with CheckpointPool(tmp_path / "only_student" / "checkpoints") as ckpts:
     _save(ckpts, 0, 0.5, {"a": (1, 1)})
   with pytest.raises(ValueError, match="no teachers"):

@@ -162,6 +162,9 @@ def test_make_minibatches_shapes():
   assert float(sum(p.loss_mask.sum() for p in packed)) == sum(len(s.completion_ids) for s in samples)
   wide = make_minibatches(samples, adv, 4, 16, pack_width=16)  # rows widen to the longest sample (rounded up)
   assert wide[0].tokens.shape[-1] == 128
+  # On a mesh the rows of a micro-batch are split over the data axes: 8 devices need a multiple of 8 rows.
+  sharded = make_minibatches(samples, adv, 4, 16, pack_width=128, mesh=make_mesh((8, 1, 1)))
+  assert sharded[0].tokens.shape[:2] == (1, 8)
 
 
 def test_learning_rate_schedule_warms_up_then_cosine_decays_to_the_floor():

@@ -5,6 +5,7 @@ the same command, and checks the parameters at the final step equal an uninterru
 """
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -206,11 +207,11 @@ def test_seed_report_reads_finished_runs(uninterrupted, tmp_path):
 # ---------------------------------------------------------------- Agentic-OPD on the GRPO run above
 
 
-def _opd(workdir, games_root, teacher_run, **popen):
+def _opd(workdir, games_root, teacher_run, extra=None, **popen):
   """`:agentic_opd` with the finished GRPO run as the teacher pool. LAD is off: the tiny model wins nothing here,
   so group-rate routing would route nothing, and the test needs the distillation to move the student."""
   extra = {"opd__teacher_run": teacher_run, "opd__lad": "off", "opd__selection_interval": 1, "loss__kl_coef": 0.0,
-           "loss__opd_top_k": 8, "grpo__mini_batch_size": 32}
+           "loss__opd_top_k": 8, "grpo__mini_batch_size": 32, **(extra or {})}
   return _train(workdir, games_root, ":agentic_opd", extra, **popen)
 
 
@@ -254,3 +255,21 @@ def test_killed_agentic_opd_run_resumes_to_identical_parameters(tmp_path, games_
   with CheckpointPool(os.path.join(workdir, "checkpoints"), read_only=True) as a, \
        CheckpointPool(os.path.join(opd_run, "checkpoints"), read_only=True) as b:
     assert [a.metadata(s)["extra"] for s in a.steps()] == [b.metadata(s)["extra"] for s in b.steps()]
+
+
+def test_agentic_opd_evaluates_a_teacher_saved_without_outcomes(tmp_path, games_root, uninterrupted):
+  # A copy of the GRPO run whose first teacher lost its outcome record: the OPD run plays that checkpoint on the
+  # validation panel instead, with the validation's own random numbers, so it recovers exactly the recorded outcomes.
+  run = tmp_path / "grpo_copy"
+  shutil.copytree(uninterrupted, run)
+  with CheckpointPool(os.path.join(uninterrupted, "checkpoints"), read_only=True) as pool:
+    step = next(s for s in pool.steps() if s != pool.best_step())
+    recorded = pool.metadata(step)["outcomes"]
+  meta = run / "checkpoints" / str(step) / "meta" / "metadata"
+  doc = json.loads(meta.read_text())
+  doc["outcomes"] = None
+  meta.write_text(json.dumps(doc))
+  workdir = tmp_path / "opd"
+  _finish(_opd(str(workdir), games_root, str(run), {"grpo__iterations": 0}))
+  evaluated = json.loads((workdir / "teacher_outcomes" / f"{step}.json").read_text())
+  assert {k: list(v) for k, v in evaluated.items()} == {k: list(v) for k, v in recorded.items()}

@@ -4,7 +4,8 @@ Student = the best-validation checkpoint (or a given step) with solved set P_0; 
 each with its solved set Q_i on the run's fixed validation panel. Both come from the outcome records that
 `training/checkpoints.CheckpointPool` stores in every checkpoint, under one of `coverage.SOLVED_RULES`:
 "any" (the default) counts a problem as solved when some validation attempt succeeded (the authors' EM > 0 with
-greedy n=1); "majority" when more than half did (for runs validated with several sampled attempts).
+greedy n=1); "majority" when more than half did (for runs validated with several sampled attempts). A checkpoint
+saved without outcomes gets them from the caller's `evaluate(step)` (the OPD trainer plays it on the panel).
 
 Optional startup pruning (the authors' older version): drop teacher i when Q_i ⊆ Q_j for some j ≠ i; of equal sets
 the lowest step stays. The newest authors' code keeps every teacher eligible, hence off by default.
@@ -19,7 +20,7 @@ import dataclasses
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from agentopd_jax.teachers import hcn
 from agentopd_jax.teachers.atomic import atomic_write_json
@@ -88,17 +89,25 @@ def checkpoint_sha256(path: str | os.PathLike) -> str:
   return h.hexdigest()
 
 
-def checkpoint_outcomes(pool: CheckpointPool, step: int) -> dict[str, tuple[int, int]]:
-  """The validation outcomes recorded in checkpoint `step`; a clear error when it was saved without them."""
+Evaluate = Callable[[int], Mapping[str, tuple[int, int]]]  # step -> outcomes on the validation panel
+
+
+def checkpoint_outcomes(pool: CheckpointPool, step: int,
+                        evaluate: Evaluate | None = None) -> Mapping[str, tuple[int, int]]:
+  """The validation outcomes recorded in checkpoint `step`; when it has none, `evaluate(step)`'s (the OPD trainer
+  passes one that plays the validation panel), else a clear error."""
   outcomes = pool.metadata(step)["outcomes"]
+  if outcomes is None and evaluate is not None:
+    return evaluate(step)
   if outcomes is None:
     raise ValueError(f"checkpoint step {step} in {pool.directory} has no validation outcomes (it was saved without "
-                     f"validation; every checkpoint experiments/train.py writes has them): leave it out of the pool")
+                     f"validation; every checkpoint experiments/train.py writes has them): leave it out of the pool, "
+                     f"or build the pool with an `evaluate` function")
   return outcomes
 
 
-def _entry(pool: CheckpointPool, step: int, rule: str) -> TeacherEntry:
-  outcomes = checkpoint_outcomes(pool, step)
+def _entry(pool: CheckpointPool, step: int, rule: str, evaluate: Evaluate | None) -> TeacherEntry:
+  outcomes = checkpoint_outcomes(pool, step, evaluate)
   path = os.path.join(pool.directory, str(step))
   return TeacherEntry(name=f"step_{step}", path=path, step=step, sha256=checkpoint_sha256(path),
                       solved=solved_set(outcomes, rule), outcomes=outcomes)
@@ -120,18 +129,19 @@ def _student_step(pool: CheckpointPool, student_step: int | str) -> int:
 
 
 def build_teacher_pool(run_dir: str | os.PathLike, student_step: int | str = "best", prune_dominated: bool = False,
-                       solved_rule: str = "any") -> TeacherPool:
+                       solved_rule: str = "any", evaluate: Evaluate | None = None) -> TeacherPool:
   """The teacher pool of the GRPO run in `run_dir` (its checkpoints live in `run_dir/checkpoints`).
 
   student_step: "best" (the pool's best-validation step) or a checkpoint step; every other checkpoint is a teacher.
   prune_dominated: drop teachers whose solved set another teacher's contains (`hcn.prune_dominated`).
   solved_rule: one of `coverage.SOLVED_RULES`. Hashes every checkpoint (reads them once in full).
+  evaluate: step -> outcomes, for checkpoints saved without validation outcomes (else they are an error).
   """
   if solved_rule not in SOLVED_RULES:
     raise ValueError(f"solved_rule must be one of {SOLVED_RULES}, got {solved_rule!r}")
   with CheckpointPool(os.path.join(os.fspath(run_dir), "checkpoints"), read_only=True) as pool:
     student = _student_step(pool, student_step)
-    entries = [_entry(pool, s, solved_rule) for s in pool.steps()]
+    entries = [_entry(pool, s, solved_rule, evaluate) for s in pool.steps()]
   teachers = [e for e in entries if e.step != student]
   if not teachers:
     raise ValueError(f"run {run_dir} has no checkpoint other than the student's (step {student}): no teachers")

@@ -3,7 +3,8 @@
 `python experiments/train.py --config=configs/alfworld.py:agentic_opd` (research/methods.md §2.2, at CPU scale):
 
   start   student = the best-validation checkpoint of the GRPO run in `opd.teacher_run`; teachers = its other
-          checkpoints, each with the solved set Q_i of its recorded validation outcomes (`teachers.pool`).
+          checkpoints, each with the solved set Q_i of its recorded validation outcomes (`teachers.pool`; a
+          checkpoint without a record is played on the validation panel once, `OpdRun.evaluate_checkpoint`).
           Validate the student (P_0), let the scheduler (`opd.scheduler`, HCN v3 by default) pick a teacher, and
           make it the one resident teacher (`teachers.resident`).
   each    roll out the student on training tasks (G per task); LAD (`opd.lad="group_rates"`) also rolls the
@@ -26,7 +27,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -34,19 +35,20 @@ import numpy as np
 
 from agentopd_jax.envs.vector import group_tasks
 from agentopd_jax.envs.verl_agent.metrics import episode_metrics
-from agentopd_jax.eval.validate import episode_record
+from agentopd_jax.eval.validate import episode_record, validate
 from agentopd_jax.objectives.advantages import get_advantage_estimator, step_scores
 from agentopd_jax.objectives.distill import lad_mask, problem_success_rates
 from agentopd_jax.sampling.sampler import SamplingParams
 from agentopd_jax.teachers.coverage import solved_set
 from agentopd_jax.teachers.hcn import SCHEDULERS, Teacher, make_scheduler, save_state
+from agentopd_jax.teachers.atomic import atomic_write_json
 from agentopd_jax.teachers.pool import build_teacher_pool
 from agentopd_jax.teachers.resident import ResidentTeacher
 from agentopd_jax.training import data
 from agentopd_jax.training.checkpoints import CheckpointPool
 from agentopd_jax.training.logging import progress
 from agentopd_jax.training.train_step import init_state, make_minibatches
-from agentopd_jax.training.trainer import Run, sharded_abstract_params
+from agentopd_jax.training.trainer import Run, sharded_abstract_params, validation_key, validation_sampling
 
 logger = logging.getLogger(__name__)
 LAD_CHOICES = ("group_rates", "off")
@@ -78,18 +80,35 @@ class OpdRun:
     self.c = c
     self.run = Run(c)
     o = c.opd
-    self.teacher_pool = build_teacher_pool(o.teacher_run, o.student_step, o.prune_dominated, o.solved_rule)
+    self.abstract = sharded_abstract_params(self.run.model, self.run.mesh)
+    self.teacher_pool = build_teacher_pool(o.teacher_run, o.student_step, o.prune_dominated, o.solved_rule,
+                                           evaluate=self.evaluate_checkpoint)
     if not self.teacher_pool.teachers:
       raise ValueError(f"opd.teacher_run: {o.teacher_run} has no checkpoint besides the student; nothing to distil")
     teachers = [Teacher(name=t.name, step=t.step, solved=t.solved) for t in self.teacher_pool.teachers]
     self.scheduler = make_scheduler(o.scheduler, teachers, self.teacher_pool.problems)
-    self.abstract = sharded_abstract_params(self.run.model, self.run.mesh)
     self.teacher = ResidentTeacher(Path(o.teacher_run) / "checkpoints", self.abstract)
     self.switches = 0
 
   def close(self):
     self.teacher.close()
     self.run.close()
+
+  def evaluate_checkpoint(self, step: int) -> Dict[str, Tuple[int, int]]:
+    """Validation-panel outcomes of a teacher-run checkpoint saved without them (the pool needs every teacher's
+    solved set). Played once with the run's validation settings and random numbers, then cached in
+    `<workdir>/teacher_outcomes/<step>.json`, so a resumed run reads the same sets instead of playing again."""
+    cache = self.run.workdir / "teacher_outcomes" / f"{step}.json"
+    if not cache.exists():
+      c = self.c
+      with CheckpointPool(Path(c.opd.teacher_run) / "checkpoints", read_only=True) as pool:
+        params = pool.restore_params(step, self.abstract)
+      _, outcomes, _ = validate(self.run.val_engine, params, self.run.panel, c.validation.attempts,
+                                validation_key(c), validation_sampling(c))
+      atomic_write_json(cache, outcomes)
+      logger.info("evaluated teacher step %d of %s on the validation panel (it had no outcomes)", step,
+                  c.opd.teacher_run)
+    return {problem: tuple(record) for problem, record in json.loads(cache.read_text()).items()}
 
   def student_params(self):
     """The student's starting params: the chosen checkpoint of the GRPO run."""
@@ -157,7 +176,8 @@ class OpdRun:
     advantages = get_advantage_estimator(c.grpo.advantage)(
         scores, jnp.asarray([s.group_id for s in samples]), jnp.ones(len(samples)), num_groups=len(tasks))
     minibatches = make_minibatches(samples, np.asarray(advantages).tolist(), c.grpo.mini_batch_size,
-                                   c.grpo.micro_batch_size, c.pack_width, distill_weights=routed.tolist())
+                                   c.grpo.micro_batch_size, c.pack_width, distill_weights=routed.tolist(),
+                                   mesh=run.mesh)
     updates = []
     for minibatch in minibatches:
       state, m = run.train_step(state, minibatch, self.teacher.params)

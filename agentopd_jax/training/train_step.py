@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import Any, List, Optional, Sequence
 
 import flax.struct
@@ -194,16 +195,17 @@ PACKED_ROW_MULTIPLE = 4  # row-count bucket of packed mini-batches, for the same
 
 
 def make_minibatches(samples: Sequence[Sample], advantages: Sequence[float], minibatch_size: int,
-                     micro_batch_size: int, pack_width: int = 0,
-                     distill_weights: Optional[Sequence[float]] = None) -> List[TrainBatch]:
+                     micro_batch_size: int, pack_width: int = 0, distill_weights: Optional[Sequence[float]] = None,
+                     mesh: Optional[Mesh] = None) -> List[TrainBatch]:
   """The update's mini-batches, [A, m, T] host arrays each: runs of `minibatch_size` consecutive samples, one
   optimizer step each (the last run may be shorter).
 
   Unpacked (`pack_width` 0): a row is a sample; every mini-batch has `minibatch_size` rows, the last padded with empty
   rows, split into micro-batches of `micro_batch_size` rows (at most the mini-batch). Packed: each run is packed into
   rows of `pack_width` tokens (`collate`), and every mini-batch gets the same row count R (the most any run needs,
-  rounded up to PACKED_ROW_MULTIPLE, then to a multiple of `micro_batch_size` rows when larger), so all mini-batches
-  of an iteration share one compiled shape. Token-mean losses are identical either way.
+  rounded up to PACKED_ROW_MULTIPLE and to the data-parallel size of `mesh`, whose devices split a micro-batch's
+  rows, then to a multiple of `micro_batch_size` rows when larger), so all mini-batches of an iteration share one
+  compiled shape. Token-mean losses are identical either way.
   """
   n = len(samples)
   runs = [slice(i, min(i + minibatch_size, n)) for i in range(0, n, minibatch_size)]
@@ -214,7 +216,8 @@ def make_minibatches(samples: Sequence[Sample], advantages: Sequence[float], min
     return split_minibatches(batch, minibatch_size, min(micro_batch_size, minibatch_size))
   width = max(pack_width, round_up(max(s.length for s in samples), PAD_MULTIPLE))
   rows = max(len(pack_rows([s.length for s in samples[run]], width)) for run in runs)
-  rows = round_up(rows, PACKED_ROW_MULTIPLE)
+  data_parallel = mesh.shape["data"] * mesh.shape["fsdp"] if mesh is not None else 1
+  rows = round_up(rows, math.lcm(PACKED_ROW_MULTIPLE, data_parallel))
   micro = min(micro_batch_size, rows)
   rows = round_up(rows, micro)
   return [split_minibatches(collate(samples[run], advantages[run], PAD_MULTIPLE, rows=rows, pack_width=width,

@@ -175,7 +175,8 @@ class Run:
     size = min(c.sft.batch_size, len(demos))
     for s in progress(range(c.sft.steps), desc="sft"):
       picked = [demos[i] for i in rng.choice(len(demos), size, replace=False)]
-      (batch,) = make_minibatches(picked, [0.0] * size, size, c.sft.micro_batch_size, c.pack_width)
+      (batch,) = make_minibatches(picked, [0.0] * size, size, c.sft.micro_batch_size, c.pack_width,
+                                  mesh=self.mesh)
       if c.sft.train_on_prompt:
         # Language modelling on the whole demonstration (env text included): a from-scratch model gets ~30x more
         # supervised tokens for the same compute (docs/results.md: valid replies 0 -> 66 % after 50 steps).
@@ -220,7 +221,7 @@ class Run:
       trained, advantages = informative_samples(samples, advantages, len(tasks))
     # No informative group (filter_groups): the iteration makes no update, as DAPO skips an empty batch.
     minibatches = (make_minibatches(trained, advantages, c.grpo.mini_batch_size, c.grpo.micro_batch_size,
-                                    c.pack_width) if trained else [])
+                                    c.pack_width, mesh=self.mesh) if trained else [])
     t2 = time.perf_counter()
     updates = []
     for minibatch in minibatches:
