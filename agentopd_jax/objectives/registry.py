@@ -174,9 +174,8 @@ def sft_loss(scores: Scores, batch: TrainBatch, cfg: LossConfig, norm: Normalize
   logprobs = require_score(scores.policy_logprobs, "policy_logprobs", "the SFT loss")
   nll = agg_loss(sft_nll(logprobs, mask), mask, cfg.loss_agg_mode, norm)
   metrics = {"nll": nll}
-  if scores.policy_entropy is not None:
-    metrics["entropy"] = agg_loss(scores.policy_entropy, mask, cfg.loss_agg_mode, norm)
-  return nll, metrics
+  loss = add_entropy_bonus(nll, metrics, scores.policy_entropy, cfg.entropy_coef, mask, cfg.loss_agg_mode, norm)
+  return loss, metrics
 
 
 def _sft_check(cfg: LossConfig) -> None:

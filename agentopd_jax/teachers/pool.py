@@ -198,13 +198,7 @@ def read_manifest(path: str | os.PathLike, solved_rule: str = "any") -> tuple[Te
   return tuple(entries)
 
 
-def run_outcomes(run_dir: str | os.PathLike, student_step: str = "best") -> tuple[dict, int]:
+def run_outcomes(run_dir: str | os.PathLike, student_step: int | str = "best") -> tuple[dict, int]:
   """({step: outcomes} of every checkpoint, the student step) of the run in `run_dir`."""
-  if student_step != "best" and not student_step.isdigit():
-    raise ValueError(f"student_step must be 'best' or a step number, got {student_step!r}")
   with CheckpointPool(os.path.join(run_dir, "checkpoints"), read_only=True) as pool:
-    outcomes = {s: checkpoint_outcomes(pool, s) for s in pool.steps()}
-    best = pool.best_step() if student_step == "best" else int(student_step)
-  if best is None:
-    raise ValueError(f"student_step=best: no checkpoint of {run_dir} has a validation metric; pass a step")
-  return outcomes, best
+    return {s: checkpoint_outcomes(pool, s) for s in pool.steps()}, _student_step(pool, student_step)

@@ -36,7 +36,6 @@ import numpy as np
 from agentopd_jax.envs.vector import group_tasks
 from agentopd_jax.envs.verl_agent.metrics import episode_metrics
 from agentopd_jax.eval.validate import episode_record, validate
-from agentopd_jax.objectives.advantages import get_advantage_estimator, step_scores
 from agentopd_jax.objectives.distill import lad_mask, problem_success_rates
 from agentopd_jax.sampling.sampler import SamplingParams
 from agentopd_jax.teachers.coverage import solved_set
@@ -136,11 +135,8 @@ class OpdRun:
     val = self.run.validate(state.params, iteration)
     if reselect:
       self.select_teacher(val["outcomes"], iteration)
-    self.run.pool.save(iteration, {"params": state.params, "opt_state": state.opt_state, "step": state.step},
-                       metrics=val["metrics"], outcomes=val["outcomes"],
-                       config=json.loads(self.c.to_json_best_effort()),
-                       extra={"iteration": iteration, "teacher_step": self.teacher.step,
-                              "switches": self.switches, "scheduler": self.scheduler.state_dict()})
+    self.run.checkpoint(state, iteration, val, teacher_step=self.teacher.step, switches=self.switches,
+                        scheduler=self.scheduler.state_dict())
 
   def routing(self, samples, episodes, tasks, groups, key, sampling) -> np.ndarray:
     """[N] 0/1 LAD routing of the student's step samples (all ones with `opd.lad="off"`)."""
@@ -171,11 +167,8 @@ class OpdRun:
     routed = self.routing(samples, rollout.episodes, envs, groups, key, sampling)
     t2 = time.perf_counter()
     # GRPO advantages feed the optional task term (`loss.task_loss_coef`, `loss.lad_other="grpo"`).
-    scores = step_scores(jnp.asarray([s.episode_reward for s in samples]),
-                         jnp.asarray([s.action_valid for s in samples]), c.env.invalid_penalty)
-    advantages = get_advantage_estimator(c.grpo.advantage)(
-        scores, jnp.asarray([s.group_id for s in samples]), jnp.ones(len(samples)), num_groups=len(tasks))
-    minibatches = make_minibatches(samples, np.asarray(advantages).tolist(), c.grpo.mini_batch_size,
+    _, advantages = run.advantages(samples, len(tasks))
+    minibatches = make_minibatches(samples, advantages, c.grpo.mini_batch_size,
                                    c.grpo.micro_batch_size, c.pack_width, distill_weights=routed.tolist(),
                                    mesh=run.mesh)
     updates = []

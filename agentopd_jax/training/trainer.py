@@ -197,10 +197,20 @@ class Run:
     self.log.log(iteration, metrics, phase="val")
     return dict(metrics=metrics, outcomes=outcomes)
 
-  def checkpoint(self, state, iteration: int, val: Dict):
+  def checkpoint(self, state, iteration: int, val: Dict, **extra):
+    """Saves `state` with the validation's metrics and outcomes; `extra` joins the record (e.g. the OPD scheduler)."""
     self.pool.save(iteration, {"params": state.params, "opt_state": state.opt_state, "step": state.step},
                    metrics=val["metrics"], outcomes=val["outcomes"], config=json.loads(self.c.to_json_best_effort()),
-                   extra={"iteration": iteration})
+                   extra={"iteration": iteration, **extra})
+
+  def advantages(self, samples: Sequence[Sample], num_groups: int) -> Tuple[jnp.ndarray, List[float]]:
+    """(step scores, GRPO advantages) of an iteration's step samples: episode reward minus the invalid-action
+    penalty per step, normalised by the configured estimator (`grpo.advantage`) over each group's step samples."""
+    scores = step_scores(jnp.asarray([s.episode_reward for s in samples]),
+                         jnp.asarray([s.action_valid for s in samples]), self.c.env.invalid_penalty)
+    advantages = get_advantage_estimator(self.c.grpo.advantage)(
+        scores, jnp.asarray([s.group_id for s in samples]), jnp.ones(len(samples)), num_groups=num_groups)
+    return scores, np.asarray(advantages).tolist()
 
   def grpo_iteration(self, state, iteration: int):
     c, t0 = self.c, time.perf_counter()
@@ -211,11 +221,7 @@ class Run:
                                     sampling)
     samples = rollout.samples
     t1 = time.perf_counter()
-    scores = step_scores(jnp.asarray([s.episode_reward for s in samples]),
-                         jnp.asarray([s.action_valid for s in samples]), c.env.invalid_penalty)
-    group_ids = jnp.asarray([s.group_id for s in samples])
-    advantages = np.asarray(get_advantage_estimator(c.grpo.advantage)(
-        scores, group_ids, jnp.ones(len(samples)), num_groups=len(tasks))).tolist()
+    scores, advantages = self.advantages(samples, len(tasks))
     trained = samples
     if c.grpo.filter_groups:
       trained, advantages = informative_samples(samples, advantages, len(tasks))
