@@ -114,3 +114,24 @@ def test_explorer_wins_and_takes_only_what_it_has_seen(gamefiles):
       obs, _, _, infos = engine.step(action)
       won = won or infos["won"]
     assert won, (path, plan)
+
+
+def test_explorer_uses_a_lamp_seen_where_it_took_the_object():
+  """In a look task whose lamp stands beside the object, the explorer uses it right after the take; it used to walk
+  the whole room first, because the remembered sighting was where it already stood (`go to` there is not admissible)."""
+  from agentopd_jax.envs.alfworld import grammar
+  from agentopd_jax.envs.alfworld.expert import explore_then_solve
+  beside = 0
+  for i in range(40):
+    game = generator.make_game("train", 40, i, 0, ("look_at_obj_in_light",), (225,), (1, 2), home_prob=1.0)
+    engine = FastEngine(generator.game_file(game, grammar.DEFAULT_VERSION, None))
+    engine.reset()
+    plan = explore_then_solve(engine, seed=i)
+    obs = engine.reset()[0]
+    for k, action in enumerate(plan):
+      if action.startswith("take ") and game.task.target.lower() in obs:  # the task's kind of lamp is in view
+        beside += 1
+        assert plan[k + 1].startswith("use "), plan
+        break
+      obs = engine.step(action)[0]
+  assert beside >= 5  # the object always starts on the main table, and a lamp often stands there

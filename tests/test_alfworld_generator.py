@@ -13,7 +13,7 @@ import pytest
 if importlib.util.find_spec("alfworld") is None:
   pytest.skip("alfworld is not installed: games are built from its alfred.pddl/.twl2", allow_module_level=True)
 
-from agentopd_jax.envs.alfworld import data, generator, grammar, pddl, scenes  # noqa: E402
+from agentopd_jax.envs.alfworld import data, generator, grammar, pddl, scenes, vocab  # noqa: E402
 
 REAL = generator.REAL_SIZES
 
@@ -201,3 +201,31 @@ def test_distractor_types_size_the_room():
     assert generator.make_game(*args) == generator.make_game(*args, distractor_types=generator.DISTRACTOR_TYPES)
   with pytest.raises(ValueError, match="distractor_types"):
     generator.generate("/nonexistent", {"train": 1}, distractor_types=(3, 1))
+
+
+def test_home_prob_puts_the_task_object_at_its_home():
+  """home_prob=1 puts every instance of the task's object at its home (the most general receptacle it may start in),
+  0.7 puts about that share there, and 0 draws exactly the default games."""
+  layout = scenes.layout(225)
+  mangled = {pddl.mangle(r.alfred_id): r for r in layout.receptacles}
+
+  def task_object_places(game):
+    """(receptacle, receptacles it may start in) of each instance of the task's object."""
+    exclude = "" if game.task.is_look else game.task.target
+    where = [r for r in layout.receptacles if game.task.obj in vocab.CAN_CONTAIN[r.kind] and r.kind != exclude]
+    return [(mangled[recep], where)
+            for obj, recep in re.findall(r"^\s*\(inReceptacle (\S+) (\S+)\)$", game.problem, flags=re.M)
+            if obj.split("_bar_")[0] == game.task.obj]
+
+  at_home, total = 0, 0
+  for i in range(40):
+    args = ("train", 40, i, 0, ("pick_and_place_simple", "look_at_obj_in_light"), (225,), (1, 2))
+    assert generator.make_game(*args, home_prob=0.0) == generator.make_game(*args)
+    places = task_object_places(generator.make_game(*args, home_prob=1.0))
+    assert places and all(recep == generator.home(where) for recep, where in places), places
+    for recep, where in task_object_places(generator.make_game(*args, home_prob=0.7)):
+      at_home += recep == generator.home(where)
+      total += 1
+  assert 0.6 < at_home / total < 0.9, (at_home, total)  # 0.7 plus the uniform draws that land at home anyway
+  with pytest.raises(ValueError, match="home_prob"):
+    generator.generate("/nonexistent", {"train": 1}, home_prob=1.5)

@@ -39,17 +39,19 @@ def alfworld_games(env_cfg) -> Tuple[List[str], List[str]]:
   if not root:
     scene_numbers = tuple(env_cfg.generate_scenes) or None
     distractors = tuple(env_cfg.generate_distractors)
-    seed = env_cfg.generate_seed
+    seed, home_prob = env_cfg.generate_seed, env_cfg.generate_home_prob
+    # Fields added after the first release join the spec only when set, so existing caches keep their names.
     spec = json.dumps([seed, env_cfg.train_split, env_cfg.generate_train, env_cfg.valid_split, env_cfg.generate_valid,
                        sorted(env_cfg.task_types), scene_numbers]
-                      + ([list(distractors)] if distractors != generator.DISTRACTOR_TYPES else []))
+                      + ([list(distractors)] if distractors != generator.DISTRACTOR_TYPES else [])
+                      + ([home_prob] if home_prob else []))
     root = str(cache_dir() / "alfworld_generated" / hashlib.sha1(spec.encode()).hexdigest()[:12])
     done = Path(root) / "COMPLETE"
     if not done.exists():  # the marker is written last, so an interrupted generation is redone, not half-used
       generator.generate(root, {env_cfg.train_split: env_cfg.generate_train,
                                 env_cfg.valid_split: env_cfg.generate_valid}, seed=seed,
                          task_types=tuple(env_cfg.task_types), scene_numbers=scene_numbers,
-                         distractor_types=distractors)
+                         distractor_types=distractors, home_prob=home_prob)
       done.write_text(spec + "\n")
   elif not os.path.isdir(root):
     raise FileNotFoundError(f"env.data_root: no such folder {root}")

@@ -50,6 +50,8 @@ def cpu_base(env_name: str) -> ml_collections.ConfigDict:
 
   c.sft = ml_collections.ConfigDict()
   c.sft.steps = 330                    # 0 skips the warm start
+  c.sft.seed = 0                       # the warm start's seed (init, batch order): fixed, so every run seed starts RL
+                                       # from one base model, as runs from a pretrained checkpoint do; -1: `seed`
   c.sft.demos = 1200                   # expert episodes from the training split (diverse demos generalise)
   c.sft.batch_size = 16                # small batches, many steps: copying from the context forms with steps
   c.sft.micro_batch_size = 16          # rows per micro-batch
@@ -160,6 +162,8 @@ def paper_overrides(c: ml_collections.ConfigDict, variant: str) -> ml_collection
   if preset.startswith("qwen3"):
     c.model.chat_template_kwargs = ml_collections.ConfigDict({"enable_thinking": False})  # as the verl-agent runs
   c.validation.num_tasks = 128
+  c.validation.attempts = 2
+  c.validation.temperature = 0.4
   c.validation.every = 5
   return c
 

@@ -96,6 +96,15 @@ def sharded_abstract_params(config, mesh):
                       transformer.abstract_params(config), transformer.param_shardings(config, mesh))
 
 
+def base_seed(c) -> int:
+  """Seed of the warm start (random init, SFT batch order, recovery mistakes): `sft.seed`, or `seed` when that is -1.
+
+  A fixed `sft.seed` gives every run seed the same base model, as RL runs from one pretrained checkpoint share it; the
+  run seed then varies what RL varies (rollouts, task draws, validation samples).
+  """
+  return c.sft.seed if c.sft.seed >= 0 else c.seed
+
+
 def checkpoint_policy(c, step: str, mesh):
   """(model config, params, tokenizer, step) of checkpoint `step` ("best", "latest" or an integer) of c.workdir."""
   config, _, tokenizer = load_model_and_tokenizer(c.model, c.tokenizer_path, c.seed, mesh)
@@ -118,8 +127,8 @@ class Run:
       raise ValueError(f"model.path: preset {c.model.preset!r} needs pretrained weights; pass "
                        f"--config.model.path=/path/to/hf_folder (random init is only for {RANDOM_INIT_PRESETS})")
     self.mesh = make_mesh(tuple(c.mesh_shape))
-    self.model, self.init_params, self.tokenizer = load_model_and_tokenizer(c.model, c.tokenizer_path, c.seed,
-                                                                            self.mesh)
+    self.model, self.init_params, self.tokenizer = load_model_and_tokenizer(c.model, c.tokenizer_path,
+                                                                            base_seed(c), self.mesh)
     self.train_games, valid_games = data.env_tasks(c.env)
     self.panel = valid_games[:c.validation.num_tasks]
     n_train = c.grpo.tasks_per_iteration * c.grpo.group_size
@@ -162,7 +171,7 @@ class Run:
     demos = demonstration_samples(demonstration_env(c), engine.text_env_factory,
                                   engine.chat, self.train_games[:c.sft.demos],
                                   data.expert_policy(c.env, c.sft.expert), c.rollout.layout,
-                                  mistake_rate=c.sft.mistake_rate, seed=c.seed)
+                                  mistake_rate=c.sft.mistake_rate, seed=base_seed(c))
     if c.sft.lr_schedule not in ("cosine", "constant"):
       raise ValueError(f"sft.lr_schedule must be 'cosine' or 'constant', got {c.sft.lr_schedule!r}")
     decay = max(c.sft.steps - c.sft.warmup_steps, 0) if c.sft.lr_schedule == "cosine" else 0
@@ -171,7 +180,7 @@ class Run:
                                            weight_decay=c.optim.weight_decay, grad_clip=c.optim.grad_clip))
     step_fn = make_train_step(self.model, LossConfig(objective="sft"), optimizer, self.mesh)
     state = init_state(jax.tree.map(jnp.copy, self.init_params), optimizer, mesh=self.mesh, model=self.model)
-    rng = np.random.default_rng([c.seed, 7])
+    rng = np.random.default_rng([base_seed(c), 7])
     size = min(c.sft.batch_size, len(demos))
     for s in progress(range(c.sft.steps), desc="sft"):
       picked = [demos[i] for i in rng.choice(len(demos), size, replace=False)]

@@ -178,6 +178,9 @@ def explore_then_solve(env: FastEngine, seed: int = 0, max_len: int = 60) -> Lis
   def search(names: List[str]) -> None:
     seen = re.compile("|".join(rf"\b{re.escape(n)}\b" for n in names))
     known = [name for name, obs in looked.items() if seen.search(obs)]
+    here = {w.names[r] for r in w.receps_at.get(sim.location, ())}
+    if any(name in here for name in known):  # seen where the agent stands (a lamp beside the object just taken)
+      return
     for name in known[:1] + [n for n in order if n not in looked]:
       if f"go to {name}" not in sim.admissible_commands:
         continue

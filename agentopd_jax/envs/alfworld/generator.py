@@ -125,7 +125,7 @@ def task_type_of(split: str, n: int, index: int, task_types: Optional[Sequence[s
 
 
 def sample_game(split: str, task_type: str, rng: random.Random, scene_numbers: Optional[Sequence[int]] = None,
-                distractor_types: Tuple[int, int] = DISTRACTOR_TYPES) -> Game:
+                distractor_types: Tuple[int, int] = DISTRACTOR_TYPES, home_prob: float = 0.0) -> Game:
   """A game of `task_type` in a random scene of the split (restricted to `scene_numbers` when given)."""
   unseen = split == "valid_unseen"
   rooms = list(vocab.TASK_ROOMS[task_type])
@@ -136,26 +136,38 @@ def sample_game(split: str, task_type: str, rng: random.Random, scene_numbers: O
     layout = scenes.layout(scene)
     options = [t for t in tasks(task_type, layout) if held_out(t) == unseen]
     if options:
-      return _populate(rng.choice(options), layout, rng, distractor_types)
+      return _populate(rng.choice(options), layout, rng, distractor_types, home_prob)
   raise ValueError(f"no {split} scene{'' if scene_numbers is None else f' among {list(scene_numbers)}'} "
                    f"supports {task_type}")
 
 
-def _populate(task: Task, layout: scenes.Layout, rng: random.Random, distractor_types: Tuple[int, int]) -> Game:
-  """Place the target objects (never already in a destination), distractors and lamps; write the problem."""
+def home(where: Sequence[scenes.Receptacle]) -> scenes.Receptacle:
+  """An object's home among the receptacles it may start in: the most general one (the kind that can hold the most
+  object types; the first in the layout on a tie), as a room's main table gathers most of its small objects."""
+  return max(where, key=lambda r: len(vocab.CAN_CONTAIN[r.kind]))
+
+
+def _populate(task: Task, layout: scenes.Layout, rng: random.Random, distractor_types: Tuple[int, int],
+              home_prob: float = 0.0) -> Game:
+  """Place the target objects (never already in a destination), distractors and lamps; write the problem.
+
+  Each instance of the task's object lies at its `home` with probability `home_prob`, else on any receptacle that can
+  hold it, like every other object; 0 keeps the uniform placement and draws exactly the random numbers it always drew.
+  """
   placed: List[Tuple[str, str, scenes.Receptacle]] = []  # (type, alfred id, receptacle)
   ids = {r.alfred_id for r in layout.receptacles}
 
-  def put(kind: str, where: Sequence[scenes.Receptacle]) -> None:
+  def put(kind: str, where: Sequence[scenes.Receptacle], home_prob: float = 0.0) -> None:
     oid = scenes.alfred_id(kind, rng)
     while oid in ids:
       oid = scenes.alfred_id(kind, rng)
     ids.add(oid)
-    placed.append((kind, oid, rng.choice(list(where))))
+    at_home = home_prob > 0 and rng.random() < home_prob
+    placed.append((kind, oid, home(where) if at_home else rng.choice(list(where))))
 
   n_targets = rng.randint(2, 4) if task.task_type == "pick_two_obj_and_place" else rng.randint(1, 3)
   for _ in range(n_targets):
-    put(task.obj, _placeable(task.obj, layout, exclude="" if task.is_look else task.target))
+    put(task.obj, _placeable(task.obj, layout, exclude="" if task.is_look else task.target), home_prob)
   room_objects = [o for o in vocab.ROOM_OBJECTS[layout.room] if o != task.obj and _placeable(o, layout)]
   for kind in rng.sample(room_objects, min(len(room_objects), rng.randint(*distractor_types))):
     for _ in range(rng.randint(1, 2)):
@@ -247,11 +259,11 @@ def traj_data(game: Game) -> dict:
 
 
 def make_game(split: str, n: int, index: int, seed: int = 0, task_types: Optional[Sequence[str]] = None,
-              scene_numbers: Optional[Sequence[int]] = None, distractor_types: Tuple[int, int] = DISTRACTOR_TYPES
-              ) -> Game:
+              scene_numbers: Optional[Sequence[int]] = None, distractor_types: Tuple[int, int] = DISTRACTOR_TYPES,
+              home_prob: float = 0.0) -> Game:
   """Game `index` of a split of n games (deterministic in (seed, split, n, index) and the filters)."""
   rng = random.Random(f"alfworld/{seed}/{split}/{index}")
-  return sample_game(split, task_type_of(split, n, index, task_types), rng, scene_numbers, distractor_types)
+  return sample_game(split, task_type_of(split, n, index, task_types), rng, scene_numbers, distractor_types, home_prob)
 
 
 def write_game(root: str, split: str, game: Game, version: str, walkthrough: Optional[List[str]]) -> str:
@@ -270,22 +282,26 @@ def write_game(root: str, split: str, game: Game, version: str, walkthrough: Opt
 
 def generate(root: str, sizes: Optional[Dict[str, int]] = None, seed: int = 0, version: str = tw_grammar.DEFAULT_VERSION,
              task_types: Optional[Sequence[str]] = None, scene_numbers: Optional[Sequence[int]] = None,
-             distractor_types: Tuple[int, int] = DISTRACTOR_TYPES) -> Dict[str, List[str]]:
+             distractor_types: Tuple[int, int] = DISTRACTOR_TYPES, home_prob: float = 0.0) -> Dict[str, List[str]]:
   """Write the splits (default: the real sizes 3553/140/134) under `root`; each game's walkthrough is the expert's
   plan, which also proves it solvable. Returns the game-file paths per split.
 
   task_types / scene_numbers restrict the games (e.g. one small room for a CPU-sized run) and distractor_types
   (min, max) sets how many other object types share the room; the defaults (all types, every scene of the split,
-  6-12 distractor types) give the real benchmark's mix.
+  6-12 distractor types, uniform placement) give the real benchmark's mix. home_prob > 0 puts each task object at its
+  `home` receptacle with that probability: a regularity of where things are that a policy can learn and a
+  random-order searcher (the `explorer` demonstrations) does not use.
   """
   lo, hi = distractor_types
   if not 0 <= lo <= hi:
     raise ValueError(f"distractor_types must be (min, max) with 0 <= min <= max, got {tuple(distractor_types)}")
+  if not 0 <= home_prob <= 1:
+    raise ValueError(f"home_prob must be in [0, 1], got {home_prob}")
   out = {}
   for split, n in (sizes or REAL_SIZES).items():
     out[split] = []
     for i in range(n):
-      game = make_game(split, n, i, seed, task_types, scene_numbers, (lo, hi))
+      game = make_game(split, n, i, seed, task_types, scene_numbers, (lo, hi), home_prob)
       engine = FastEngine(game_file(game, version, None))
       engine.reset()
       out[split].append(write_game(root, split, game, version, solve(engine)))

@@ -1,0 +1,62 @@
+"""GRPO as a whole learns: sampler -> group advantages -> packed mini-batches -> jitted PPO step raises the reward.
+
+The unit tests check each piece against hand-computed values; this one checks that they compose with the right signs
+and alignments (behaviour log-probs of the sampled tokens, advantages on the completion tokens, the update moving
+probability toward what earned reward). A two-token-reply bandit: the reward is 1 when the reply's first token is in
+a fixed half of the vocabulary, so a random-init policy starts near 0.5 and a correct pipeline must climb.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from agentopd_jax.models import config as model_config, transformer
+from agentopd_jax.objectives.advantages import get_advantage_estimator
+from agentopd_jax.objectives.registry import LossConfig
+from agentopd_jax.rollout.types import Sample
+from agentopd_jax.sampling.sampler import Sampler, SamplingParams
+from agentopd_jax.training.train_step import OptimConfig, init_state, make_minibatches, make_optimizer, make_train_step
+
+CONFIG = model_config.preset("tiny", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=1,
+                             num_heads=2, num_kv_heads=1, head_dim=16)
+PROMPTS = [[5, 9, 11], [7, 3], [12, 40, 2, 8]]  # three "tasks"
+GROUP = 16
+
+
+def _rewarded(token: int) -> bool:
+  return token % 2 == 0
+
+
+def _rollout(sampler, params, key):
+  prompts = [p for p in PROMPTS for _ in range(GROUP)]
+  out = sampler.generate(params, prompts, key, SamplingParams(max_new_tokens=2, temperature=1.0))
+  samples = []
+  for b, prompt in enumerate(prompts):
+    reply = out.row(b)
+    won = _rewarded(reply[0])
+    samples.append(Sample(prompt_ids=prompt, completion_ids=reply, completion_mask=[1] * len(reply),
+                          behaviour_logprobs=out.model_logprobs[b, :len(reply)].tolist(), group_id=b // GROUP,
+                          problem_id=str(b // GROUP), traj_id=b, step_index=0, action_valid=1.0,
+                          episode_reward=float(won), won=won))
+  return samples
+
+
+def test_grpo_pipeline_raises_the_reward_of_a_bandit():
+  params = transformer.init_params(CONFIG, jax.random.key(0))
+  sampler = Sampler(CONFIG, pad_id=0)
+  # A high rate for a 1-layer model: raising a whole half of the vocabulary is a slow direction at 3e-3 (measured:
+  # 0.52 -> 0.58 in 12 iterations) and takes 7 iterations at 3e-2.
+  optimizer = make_optimizer(OptimConfig(learning_rate=3e-2))
+  state = init_state(params, optimizer, model=CONFIG)
+  step = make_train_step(CONFIG, LossConfig(), optimizer)
+  estimator = get_advantage_estimator("grpo")
+  rates = []
+  for it in range(12):
+    samples = _rollout(sampler, state.params, jax.random.key(100 + it))
+    rewards = jnp.asarray([s.episode_reward for s in samples])
+    rates.append(float(rewards.mean()))
+    advantages = estimator(rewards, jnp.asarray([s.group_id for s in samples]), jnp.ones(len(samples)),
+                           num_groups=len(PROMPTS))
+    for batch in make_minibatches(samples, np.asarray(advantages).tolist(), 24, 4, pack_width=32):
+      state, _ = step(state, batch)
+  assert 0.3 < np.mean(rates[:2]) < 0.7, rates  # a random policy: about half its first tokens are rewarded
+  assert np.mean(rates[-3:]) > 0.85, rates
