@@ -60,3 +60,19 @@ def test_unknown_override_names_the_field():
                         f"--config={os.path.join(ROOT, 'configs', 'alfworld.py')}", "--config.grpo.iteratoins=3"],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
   assert out.returncode != 0 and "iteratoins" in out.stderr
+
+
+def test_warm_start_seed_is_shared_across_run_seeds_unless_minus_one():
+  """`sft.seed` fixes the base model's init and SFT order for every run seed; -1 follows the run seed."""
+  from agentopd_jax.training.trainer import base_seed
+  c = _module().get_config()
+  seeds = []
+  for run_seed in (0, 1, 2):
+    c.seed = run_seed
+    seeds.append(base_seed(c))
+  assert seeds == [0, 0, 0]
+  c.sft.seed = -1
+  assert base_seed(c) == 2
+  c.sft.seed = -2
+  with pytest.raises(ValueError, match="sft.seed"):
+    base_seed(c)

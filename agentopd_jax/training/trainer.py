@@ -102,6 +102,8 @@ def base_seed(c) -> int:
   A fixed `sft.seed` gives every run seed the same base model, as RL runs from one pretrained checkpoint share it; the
   run seed then varies what RL varies (rollouts, task draws, validation samples).
   """
+  if c.sft.seed < -1:
+    raise ValueError(f"sft.seed must be >= 0, or -1 to follow `seed`; got {c.sft.seed}")
   return c.sft.seed if c.sft.seed >= 0 else c.seed
 
 

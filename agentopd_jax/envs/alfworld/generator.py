@@ -157,12 +157,12 @@ def _populate(task: Task, layout: scenes.Layout, rng: random.Random, distractor_
   placed: List[Tuple[str, str, scenes.Receptacle]] = []  # (type, alfred id, receptacle)
   ids = {r.alfred_id for r in layout.receptacles}
 
-  def put(kind: str, where: Sequence[scenes.Receptacle], home_prob: float = 0.0) -> None:
+  def put(kind: str, where: Sequence[scenes.Receptacle], p_home: float = 0.0) -> None:
     oid = scenes.alfred_id(kind, rng)
     while oid in ids:
       oid = scenes.alfred_id(kind, rng)
     ids.add(oid)
-    at_home = home_prob > 0 and rng.random() < home_prob
+    at_home = p_home > 0 and rng.random() < p_home
     placed.append((kind, oid, home(where) if at_home else rng.choice(list(where))))
 
   n_targets = rng.randint(2, 4) if task.task_type == "pick_two_obj_and_place" else rng.randint(1, 3)
