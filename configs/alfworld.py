@@ -28,7 +28,7 @@ def _cpu():
   c.env.valid_split = "valid_seen"     # alfworld's eval_in_distribution
   c.env.task_types = ("pick_and_place_simple", "look_at_obj_in_light")
   # Validation samples like the rollouts (T=1.0): it measures the policy GRPO optimises. At T=0.4 (the paper
-  # setting) the tiny model's sharpened policy does not follow GRPO's changes (docs/results.md, session 7).
+  # setting) the tiny model's sharpened policy does not follow GRPO's changes (docs/results.md, sessions 7-8).
   # 64 problems x 4 attempts = 256 episodes: about 2 points of standard error at 15 % success.
   c.validation.temperature = 1.0
   c.validation.num_tasks = 64

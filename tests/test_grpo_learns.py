@@ -26,15 +26,15 @@ def _rewarded(token: int) -> bool:
   return token % 2 == 0
 
 
-def _rollout(sampler, params, key):
+def _rollout(sampler, params, key, temperature=1.0):
   prompts = [p for p in PROMPTS for _ in range(GROUP)]
-  out = sampler.generate(params, prompts, key, SamplingParams(max_new_tokens=2, temperature=1.0))
+  out = sampler.generate(params, prompts, key, SamplingParams(max_new_tokens=2, temperature=temperature))
   samples = []
   for b, prompt in enumerate(prompts):
     reply = out.row(b)
     won = _rewarded(reply[0])
     samples.append(Sample(prompt_ids=prompt, completion_ids=reply, completion_mask=[1] * len(reply),
-                          behaviour_logprobs=out.model_logprobs[b, :len(reply)].tolist(), group_id=b // GROUP,
+                          behaviour_logprobs=out.policy_logprobs[b, :len(reply)].tolist(), group_id=b // GROUP,
                           problem_id=str(b // GROUP), traj_id=b, step_index=0, action_valid=1.0,
                           episode_reward=float(won), won=won))
   return samples
@@ -60,3 +60,19 @@ def test_grpo_pipeline_raises_the_reward_of_a_bandit():
       state, _ = step(state, batch)
   assert 0.3 < np.mean(rates[:2]) < 0.7, rates  # a random policy: about half its first tokens are rewarded
   assert np.mean(rates[-3:]) > 0.85, rates
+
+
+def test_first_update_is_on_policy_at_the_rollout_temperature():
+  # Rollouts at T = 0.5: the step scores logits / T, so before any update its log-probs are the sampler's and
+  # PPO's ratio is 1 (drift ~ 0). Scoring at T = 1 instead would start every iteration off-policy.
+  params = jax.tree.map(lambda x: x * 4.0 if x.ndim >= 2 else x, transformer.init_params(CONFIG, jax.random.key(1)))
+  samples = _rollout(Sampler(CONFIG, pad_id=0), params, jax.random.key(3), temperature=0.5)
+  optimizer = make_optimizer(OptimConfig(learning_rate=1e-3))
+  (batch,) = make_minibatches(samples, [1.0] * len(samples), len(samples), 8, pack_width=32)
+  drift = {}
+  for t in (0.5, 1.0):
+    state = init_state(jax.tree.map(jnp.copy, params), optimizer, model=CONFIG)
+    _, metrics = make_train_step(CONFIG, LossConfig(), optimizer, temperature=t)(state, batch)
+    drift[t] = float(metrics["logprob_drift"])
+  assert drift[0.5] < 1e-4, drift
+  assert drift[1.0] > 1e-2, drift

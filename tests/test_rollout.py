@@ -166,6 +166,19 @@ def test_demonstrations_match_rollout_prompts(setup, layout):
     assert replies.count(tokenizer.eos_token_id) == len(_walkthrough(games[0]))
 
 
+class _BrokenEnv:
+  def reset(self, task):
+    raise OSError(f"game file {task} is unreadable")
+
+
+def test_a_rollout_whose_every_episode_failed_is_one_clear_error(setup):
+  games, tokenizer, config, params, sampler = setup
+  with VectorEnv(_BrokenEnv, num_workers=1, num_envs=2) as venv:
+    engine = RolloutEngine(sampler, tokenizer, venv, AlfworldText, RolloutConfig(max_steps=2))
+    with pytest.raises(RuntimeError, match="(?s)all 2 env episodes failed.*unreadable"):
+      engine.run(params, games[:2], games[:2], [0, 1], jax.random.key(0), SamplingParams())
+
+
 def test_unknown_layout_and_env_are_clear_errors():
   with pytest.raises(ValueError, match="rollout.layout"):
     RolloutConfig(layout="episode")

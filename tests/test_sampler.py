@@ -20,14 +20,14 @@ def params():
   return jax.tree.map(lambda x: x * 3.0 if x.ndim >= 2 else x, p)
 
 
-def _sequence_logprobs(params, rows):
+def _sequence_logprobs(params, rows, temperature=1.0):
   """Scoring-step log-probs of each row's tokens (target-indexed), one row per sequence."""
   width = max(len(r) for r in rows)
   tokens = np.zeros((len(rows), width), np.int32)
   seg = np.zeros((len(rows), width), np.int32)
   for i, r in enumerate(rows):
     tokens[i, :len(r)], seg[i, :len(r)] = r, 1
-  fn = make_score_fn(CONFIG, ScoreConfig(reference=False, top_k=0, entropy=False))
+  fn = make_score_fn(CONFIG, ScoreConfig(reference=False, top_k=0, entropy=False, temperature=temperature))
   out = fn(params, None, None, ScoreBatch(tokens=jnp.asarray(tokens), segment_ids=jnp.asarray(seg),
                                           loss_mask=jnp.asarray(seg)))
   return np.asarray(out.policy_logprobs)
@@ -54,7 +54,7 @@ def test_three_turn_continuation_equals_reprefill(params):
     ref = fresh.generate(params, replay, jax.random.key(0), greedy, cache_size=128)
     for b in range(3):
       assert out.row(b) == ref.row(b)
-      np.testing.assert_allclose(out.model_logprobs[b, :out.lengths[b]], ref.model_logprobs[b, :ref.lengths[b]],
+      np.testing.assert_allclose(out.policy_logprobs[b, :out.lengths[b]], ref.policy_logprobs[b, :ref.lengths[b]],
                                  atol=1e-4)
       replay[b] = replay[b] + out.row(b) + (observations[turn][b] if turn < len(observations) else [])
 
@@ -64,7 +64,7 @@ def test_three_turn_continuation_equals_reprefill(params):
     pos = len(prompts[b])
     for turn, out in enumerate(turns):
       n = out.lengths[b]
-      np.testing.assert_allclose(scored[b, pos:pos + n], out.model_logprobs[b, :n], atol=1e-4)
+      np.testing.assert_allclose(scored[b, pos:pos + n], out.policy_logprobs[b, :n], atol=1e-4)
       pos += n + (len(observations[turn][b]) if turn < len(observations) else 0)
 
 
@@ -72,11 +72,25 @@ def test_sampled_logprobs_equal_scoring_logprobs(params):
   # Temperature 1 without truncation: the sampling distribution is the model's, so both log-probs must agree.
   prompts = [[1, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11]]
   out = Sampler(CONFIG).generate(params, prompts, jax.random.key(7), SamplingParams(max_new_tokens=20))
-  np.testing.assert_allclose(out.logprobs, out.model_logprobs, atol=1e-5)
+  np.testing.assert_allclose(out.logprobs, out.policy_logprobs, atol=1e-5)
   scored = _sequence_logprobs(params, [p + out.row(b) for b, p in enumerate(prompts)])
   for b, p in enumerate(prompts):
     np.testing.assert_allclose(scored[b, len(p):len(p) + out.lengths[b]], out.logprobs[b, :out.lengths[b]],
                                atol=1e-4)
+
+
+def test_policy_logprobs_equal_scoring_at_the_sampling_temperature(params):
+  # The behaviour log-probs of PPO's ratio: the trainer scores logits / T (as verl's actor does), so the sampler
+  # must report the same numbers, untruncated, whatever top-k it sampled with.
+  prompts = [[1, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11]]
+  out = Sampler(CONFIG).generate(params, prompts, jax.random.key(5),
+                                 SamplingParams(max_new_tokens=16, temperature=0.4, top_k=50))
+  rows = [p + out.row(b) for b, p in enumerate(prompts)]
+  at_t, at_1 = _sequence_logprobs(params, rows, temperature=0.4), _sequence_logprobs(params, rows)
+  for b, p in enumerate(prompts):
+    got = out.policy_logprobs[b, :out.lengths[b]]
+    np.testing.assert_allclose(at_t[b, len(p):len(p) + out.lengths[b]], got, atol=1e-4)
+    assert np.abs(at_1[b, len(p):len(p) + out.lengths[b]] - got).max() > 1e-2  # T matters for these params
 
 
 def test_truncated_sampling_logprobs_are_renormalised(params):
@@ -84,7 +98,7 @@ def test_truncated_sampling_logprobs_are_renormalised(params):
   out = Sampler(CONFIG).generate(params, prompts, jax.random.key(3),
                                  SamplingParams(max_new_tokens=8, temperature=0.7, top_k=5))
   # Renormalised on 5 tokens at T=0.7: never less likely than under the full distribution.
-  assert np.all(out.logprobs >= out.model_logprobs - 1e-6)
+  assert np.all(out.logprobs >= out.policy_logprobs - 1e-6)
   assert np.all(out.logprobs >= np.log(1e-12))
 
 

@@ -27,9 +27,9 @@ _sample = jax.jit(sample_from_logits, static_argnames=("greedy", "top_k", "use_t
 
 
 def sample(logits, key, temperature=1.0, top_p=1.0, *, greedy=False, top_k=0, use_top_p=False):
-  toks, lp, mlp = _sample(jnp.asarray(logits, jnp.float32), key, jnp.float32(temperature), jnp.float32(top_p),
+  toks, lp, plp = _sample(jnp.asarray(logits, jnp.float32), key, jnp.float32(temperature), jnp.float32(top_p),
                           greedy=greedy, top_k=top_k, use_top_p=use_top_p)
-  return np.asarray(toks), np.asarray(lp), np.asarray(mlp)
+  return np.asarray(toks), np.asarray(lp), np.asarray(plp)
 
 
 def log_softmax64(x, axis=-1):
@@ -79,10 +79,10 @@ def frequencies_match(tokens, probs, n_sigma=4.5):
 
 def test_greedy_is_argmax(distinct_logits):
   for key in (0, 1):
-    toks, lp, mlp = sample(distinct_logits, jax.random.key(key), temperature=0.3, greedy=True)
+    toks, lp, plp = sample(distinct_logits, jax.random.key(key), temperature=0.3, greedy=True)
     np.testing.assert_array_equal(toks, distinct_logits.argmax(-1))
     np.testing.assert_array_equal(lp, np.zeros(N_DRAWS, np.float32))
-    np.testing.assert_allclose(mlp, pick(log_softmax64(distinct_logits), toks), atol=1e-5)
+    np.testing.assert_allclose(plp, pick(log_softmax64(distinct_logits), toks), atol=1e-5)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -93,14 +93,15 @@ def test_greedy_is_argmax(distinct_logits):
 @pytest.mark.parametrize("temperature", [0.5, 1.0, 2.0])
 def test_temperature_frequencies_match_softmax(one_row, temperature):
   logits = np.tile(one_row, (N_DRAWS, 1))
-  toks, lp, mlp = sample(logits, jax.random.key(7), temperature)
+  toks, lp, plp = sample(logits, jax.random.key(7), temperature)
   probs = np.exp(log_softmax64(one_row / temperature))
   assert_frequencies(toks, probs)
   # The check is sharp enough to tell temperatures apart (so a T / 1/T / T**2 mix-up would fail).
   for wrong in {1.0 / temperature, temperature ** 2, 1.0} - {temperature}:
     assert not frequencies_match(toks, np.exp(log_softmax64(one_row / wrong)))
   np.testing.assert_allclose(lp, pick(log_softmax64(logits / temperature), toks), atol=1e-5)
-  np.testing.assert_allclose(mlp, pick(log_softmax64(logits), toks), atol=1e-5)
+  # Untruncated, the policy log-probs (what the trainer scores at this temperature) are the sampling ones.
+  np.testing.assert_allclose(plp, pick(log_softmax64(logits / temperature), toks), atol=1e-5)
 
 
 def test_same_key_same_tokens_different_key_different_tokens(distinct_logits):
@@ -128,12 +129,12 @@ def test_top_k_support_and_logprobs(distinct_logits, temperature):
   k = 5
   topk = np.argsort(-distinct_logits, axis=-1)[:, :k]
   for seed in (0, 1):
-    toks, lp, mlp = sample(distinct_logits, jax.random.key(seed), temperature, top_k=k)
+    toks, lp, plp = sample(distinct_logits, jax.random.key(seed), temperature, top_k=k)
     assert (toks[:, None] == topk).any(-1).all()  # every draw among the k largest logits of its row
     kept = np.take_along_axis(distinct_logits, topk, -1) / temperature
     ref = log_softmax64(kept)[np.arange(N_DRAWS), (toks[:, None] == topk).argmax(-1)]
     np.testing.assert_allclose(lp, ref, atol=1e-5)
-    np.testing.assert_allclose(mlp, pick(log_softmax64(distinct_logits), toks), atol=1e-5)
+    np.testing.assert_allclose(plp, pick(log_softmax64(distinct_logits / temperature), toks), atol=1e-5)
   # Not everything collapses onto the argmax: lower-ranked members of the top-k do get sampled.
   ranks = (toks[:, None] == topk).argmax(-1)
   assert set(ranks.tolist()) == set(range(k))
@@ -151,7 +152,7 @@ def test_top_k_frequencies_renormalised(one_row):
 
 
 def test_top_k_one_is_greedy(distinct_logits):
-  toks, lp, mlp = sample(distinct_logits, jax.random.key(2), 1.0, top_k=1)
+  toks, lp, plp = sample(distinct_logits, jax.random.key(2), 1.0, top_k=1)
   np.testing.assert_array_equal(toks, distinct_logits.argmax(-1))
   np.testing.assert_allclose(lp, 0.0, atol=1e-6)
 
@@ -173,7 +174,7 @@ def nucleus(logits_row, temperature, top_p):
 
 @pytest.mark.parametrize("temperature,top_p", [(1.0, 0.7), (0.6, 0.9), (2.0, 0.3)])
 def test_top_p_support_and_logprobs(distinct_logits, temperature, top_p):
-  toks, lp, mlp = sample(distinct_logits, jax.random.key(21), temperature, top_p, use_top_p=True)
+  toks, lp, plp = sample(distinct_logits, jax.random.key(21), temperature, top_p, use_top_p=True)
   checked = 0
   sizes = []
   for r in range(N_DRAWS):
@@ -187,7 +188,7 @@ def test_top_p_support_and_logprobs(distinct_logits, temperature, top_p):
     assert lp[r] == pytest.approx(math.log(p[i] / p.sum()), abs=1e-4)
   assert checked > 0.95 * N_DRAWS
   assert max(sizes) > 1  # the test exercises real truncation, not only the argmax
-  np.testing.assert_allclose(mlp, pick(log_softmax64(distinct_logits), toks), atol=1e-5)
+  np.testing.assert_allclose(plp, pick(log_softmax64(distinct_logits / temperature), toks), atol=1e-5)
 
 
 def test_top_p_frequencies_on_exact_support(one_row):
@@ -209,10 +210,10 @@ def test_top_p_frequencies_on_exact_support(one_row):
 
 def test_top_p_tiny_is_argmax_only(distinct_logits):
   for seed in range(3):
-    toks, lp, mlp = sample(distinct_logits, jax.random.key(seed), 1.7, 1e-6, use_top_p=True)
+    toks, lp, plp = sample(distinct_logits, jax.random.key(seed), 1.7, 1e-6, use_top_p=True)
     np.testing.assert_array_equal(toks, distinct_logits.argmax(-1))
     np.testing.assert_allclose(lp, 0.0, atol=1e-6)
-    np.testing.assert_allclose(mlp, log_softmax64(distinct_logits).max(-1), atol=1e-5)
+    np.testing.assert_allclose(plp, log_softmax64(distinct_logits / 1.7).max(-1), atol=1e-5)
 
 
 def test_top_k_and_top_p_together(distinct_logits):
@@ -254,13 +255,13 @@ finite_logits = hnp.arrays(
        top_p=st.floats(1e-3, 1.0), seed=st.integers(0, 2**31 - 1))
 def test_sample_from_logits_is_always_valid(logits, mode, temperature, top_p, seed):
   greedy, top_k, use_top_p = mode
-  toks, lp, mlp = sample(logits, jax.random.key(seed), temperature, top_p, greedy=greedy, top_k=top_k,
+  toks, lp, plp = sample(logits, jax.random.key(seed), temperature, top_p, greedy=greedy, top_k=top_k,
                          use_top_p=use_top_p)
-  assert toks.shape == lp.shape == mlp.shape == (4,)
+  assert toks.shape == lp.shape == plp.shape == (4,)
   assert ((toks >= 0) & (toks < V)).all()
-  assert np.isfinite(lp).all() and np.isfinite(mlp).all()
-  assert (lp <= 1e-5).all() and (mlp <= 1e-5).all()
-  np.testing.assert_allclose(mlp, pick(log_softmax64(logits), toks), atol=1e-4)
+  assert np.isfinite(lp).all() and np.isfinite(plp).all()
+  assert (lp <= 1e-5).all() and (plp <= 1e-5).all()
+  np.testing.assert_allclose(plp, pick(log_softmax64(logits if greedy else logits / temperature), toks), atol=1e-4)
   if greedy:
     np.testing.assert_array_equal(toks, logits.argmax(-1))
   if top_k:
@@ -356,8 +357,8 @@ def first_stop_len(tb, ids, stop):
 def test_reference_run_logprobs(e2e):
   ref = e2e["ref"]
   # Temperature 1 without truncation: the sampling distribution is the model distribution.
-  np.testing.assert_allclose(ref.logprobs, ref.model_logprobs, atol=1e-5)
-  assert np.isfinite(ref.model_logprobs).all() and (ref.model_logprobs < 0).all()
+  np.testing.assert_allclose(ref.logprobs, ref.policy_logprobs, atol=1e-5)
+  assert np.isfinite(ref.policy_logprobs).all() and (ref.policy_logprobs < 0).all()
   assert ((ref.tokens >= 0) & (ref.tokens < e2e["cfg"].vocab_size)).all()
 
 
@@ -374,7 +375,7 @@ def check_stopped_rows(e2e, out, stops_per_row, stop_ids=()):
     assert row == full[:want_len]  # sampling itself is unchanged by stopping (same key, independent rows)
     assert (out.tokens[b, want_len:] == e2e["sampler"].pad_id).all()
     np.testing.assert_allclose(out.logprobs[b, :want_len], ref.logprobs[b, :want_len], atol=1e-5)
-    np.testing.assert_allclose(out.model_logprobs[b, :want_len], ref.model_logprobs[b, :want_len], atol=1e-5)
+    np.testing.assert_allclose(out.policy_logprobs[b, :want_len], ref.policy_logprobs[b, :want_len], atol=1e-5)
     assert (out.logprobs[b, want_len:] == 0).all()
     text = b"".join(tb[t] for t in row)
     before = b"".join(tb[t] for t in row[:-1])
@@ -434,10 +435,10 @@ def test_greedy_end_to_end(e2e):
   b = sampler.generate(params, prompts, jax.random.key(99), sp)
   np.testing.assert_array_equal(a.tokens, b.tokens)  # greedy ignores the key
   assert (a.logprobs == 0).all()
-  assert np.isfinite(a.model_logprobs).all()
+  assert np.isfinite(a.policy_logprobs).all()
   for r in range(len(prompts)):
     n = int(a.lengths[r])
-    assert (a.model_logprobs[r, :n] < 0).all()
+    assert (a.policy_logprobs[r, :n] < 0).all()
   tb = e2e["tb"]
   for r in range(len(prompts)):
     text = b"".join(tb[t] for t in a.row(r))

@@ -231,11 +231,16 @@ def positions_from_segments(segment_ids: jnp.ndarray) -> jnp.ndarray:
   return jnp.where(segment_ids != 0, idx - starts, 0).astype(jnp.int32)
 
 
+@functools.lru_cache(maxsize=16)
+def _jitted_init(config: ModelConfig):
+  """One compiled initialiser per config (a fresh `jax.jit` of a new lambda would recompile at every call)."""
+  tokens = jnp.zeros((1, 1), jnp.int32)
+  return jax.jit(lambda key: nn.meta.unbox(Decoder(config).init(key, tokens, tokens, jnp.ones_like(tokens))))
+
+
 def init_params(config: ModelConfig, rng: jax.Array):
   """Random parameters (unboxed plain pytree) for `config`."""
-  tokens = jnp.zeros((1, 1), jnp.int32)
-  init = jax.jit(lambda key: nn.meta.unbox(Decoder(config).init(key, tokens, tokens, jnp.ones_like(tokens))))
-  return init(rng)["params"]
+  return _jitted_init(config)(rng)["params"]
 
 
 def _abstract_variables(config: ModelConfig):

@@ -111,6 +111,10 @@ class RolloutEngine:
         ep.truncated = True
       for s in ep.samples:
         s.episode_reward, s.won = ep.reward, ep.won
+    if episodes and all(ep.failed for ep in episodes):
+      # Nothing was played, so no caller has anything to learn or measure from; a run resumes from its checkpoint.
+      raise RuntimeError(f"rollout: all {len(episodes)} env episodes failed (env workers lost or env code raising); "
+                         f"the first error: {episodes[0].error}")
     samples = [s for ep in episodes if not ep.failed for s in ep.samples]
     timer["samples"] = float(len(samples))
     return Rollout(samples=samples, episodes=[ep.result() for ep in episodes], stats=timer)
@@ -173,7 +177,7 @@ class RolloutEngine:
         ep.valid += valid
         ep.samples.append(Sample(
             prompt_ids=prompts[j], completion_ids=ids, completion_mask=[1] * len(ids),
-            behaviour_logprobs=out.model_logprobs[j, :len(ids)].tolist(), group_id=ep.group_id,
+            behaviour_logprobs=out.policy_logprobs[j, :len(ids)].tolist(), group_id=ep.group_id,
             problem_id=ep.problem_id, traj_id=ep.traj_id, step_index=t, action_valid=float(valid),
             invalid_actions=1 - valid, prompt_text=texts[j], response_text=response))
       self._step_envs(episodes, actions, timer)
@@ -205,7 +209,7 @@ class RolloutEngine:
         seq = seqs[i]
         seq["completion"] += ids
         seq["mask"] += [1] * len(ids)
-        seq["logprobs"] += out.model_logprobs[i, :len(ids)].tolist()
+        seq["logprobs"] += out.policy_logprobs[i, :len(ids)].tolist()
         seq["turns"] += 1
         seq["invalid"] += 1 - valid
         ep.length += 1

@@ -44,7 +44,7 @@ def cpu_base(env_name: str) -> ml_collections.ConfigDict:
   c.rollout.max_response_tokens = 24
   c.rollout.max_observation_tokens = 500
   c.rollout.max_total_tokens = 4096
-  c.rollout.temperature = 1.0
+  c.rollout.temperature = 1.0           # the train step scores logits / T too (verl): PPO optimises the sampled policy
   c.rollout.top_p = 1.0
   c.rollout.top_k = 0
 

@@ -27,7 +27,7 @@ from agentopd_jax.objectives.losses import normalizer_for
 from agentopd_jax.objectives.registry import LossConfig, get_objective
 from agentopd_jax.rollout.batch import TrainBatch, collate, pack_rows, round_up
 from agentopd_jax.rollout.types import Sample
-from agentopd_jax.scoring.fused import score
+from agentopd_jax.scoring.fused import ScoreConfig, score
 
 
 @flax.struct.dataclass
@@ -110,15 +110,18 @@ def minibatch_sharding(mesh: Mesh, batch: TrainBatch):
 
 
 def make_train_step(model: ModelConfig, loss_cfg: LossConfig, optimizer: optax.GradientTransformation,
-                    mesh: Optional[Mesh] = None, with_reference: bool = False):
+                    mesh: Optional[Mesh] = None, with_reference: bool = False, temperature: float = 1.0):
   """The jitted step for one (model, loss, optimizer) triple; the state argument is donated.
+
+  `temperature` is the rollout temperature: every branch is scored under logits / temperature, the policy the
+  sampler drew from (as verl's actor and reference do), so the first PPO ratio of an iteration is 1. SFT uses 1.
 
   The step is `step(state, minibatch, teacher_params=None)`. A distillation objective (teacher="params", e.g.
   Agentic-OPD) needs `teacher_params`: the resident teacher is not part of the state, since the scheduler swaps it
   between steps and it is never trained or checkpointed with the student.
   """
   objective = get_objective(loss_cfg.objective)
-  score_cfg = objective.score_config(loss_cfg)
+  score_cfg = objective.score_config(loss_cfg, ScoreConfig(temperature=temperature))
   if score_cfg.reference and not with_reference:
     raise ValueError(f"objective {loss_cfg.objective!r} with kl_coef={loss_cfg.kl_coef} needs reference params")
   needs_teacher = score_cfg.teacher == "params"

@@ -146,7 +146,10 @@ class Run:
                        f"Set pack_width=0 for one sample per row")
     self.optimizer = make_optimizer(config_dataclass(OptimConfig, c.optim))
     self.use_reference = self.loss_cfg.kl_coef > 0
-    self.train_step = make_train_step(self.model, self.loss_cfg, self.optimizer, self.mesh, self.use_reference)
+    if not c.rollout.temperature > 0:
+      raise ValueError(f"rollout.temperature must be > 0 (a group's rollouts must differ), got {c.rollout.temperature}")
+    self.train_step = make_train_step(self.model, self.loss_cfg, self.optimizer, self.mesh, self.use_reference,
+                                      temperature=c.rollout.temperature)
     self.key = jax.random.key(c.seed)
 
   def finish(self, **extra) -> Dict:
