@@ -111,10 +111,10 @@ def sample_from_logits(logits, key, temperature, top_p, *, greedy: bool, top_k: 
     choice = jax.random.categorical(key, vals, axis=-1)
     tokens = jnp.take_along_axis(ids, choice[:, None], -1)[:, 0]
     logp = jnp.take_along_axis(jax.nn.log_softmax(vals, axis=-1), choice[:, None], -1)[:, 0]
-  else:
-    tokens = jax.random.categorical(key, scaled, axis=-1)
-    logp = jnp.take_along_axis(policy_logp, tokens[:, None], -1)[:, 0]
-  return tokens, logp, jnp.take_along_axis(policy_logp, tokens[:, None], -1)[:, 0]
+    return tokens, logp, jnp.take_along_axis(policy_logp, tokens[:, None], -1)[:, 0]
+  tokens = jax.random.categorical(key, scaled, axis=-1)
+  logp = jnp.take_along_axis(policy_logp, tokens[:, None], -1)[:, 0]
+  return tokens, logp, logp  # untruncated: the sampling distribution is the policy itself
 
 
 def _pin_cache(cache: transformer.KVCache, mesh) -> transformer.KVCache:
