@@ -13,17 +13,25 @@ def _cpu():
   c.env.catalog_seed = 0               # the catalogue and goals are fixed across run seeds, like the real site
   c.env.data_dir = ""                  # WebShop's items_*.json folder; "" -> the generated catalogue
   c.env.human_goals = False            # human instructions (needs data_dir with items_human_ins.json)
-  c.env.history_length = 1             # results pages are long; one step of history keeps prompts tiny-model sized
+  c.env.reward = "score"               # 10 x WebShop's graded score ("success": verl-agent's 10 iff the score is 1.0):
+                                       # the warm start rarely buys perfectly, but its purchases score 0.3-0.8
+  c.env.history_length = 4             # the compact history lists actions only, so 4 of them cost ~60 tokens
+  c.builtin_tokenizer.vocab_size = 4096  # trained on the catalogue too: its words one token each, ASINs whole tokens
+  c.builtin_tokenizer.env_corpus = True
   c.rollout.max_steps = 15             # verl-agent's env.max_steps for WebShop
   c.rollout.max_prompt_tokens = 1536
   c.rollout.max_response_tokens = 32
-  c.sft.demos = 800
+  c.sft.expert = "top_result"          # imitable: buys the top search result (the oracle's pick follows the hidden ASIN)
+  c.sft.demos = 4000                   # training goals replayed; the top result wins ~1/4 of them, the wins are imitated
   return c
 
 
 def _paper(variant: str):
   c = defaults.paper_overrides(_cpu(), variant)
   c.env.history_length = 2
+  c.env.reward = "success"
+  c.builtin_tokenizer.env_corpus = False  # the pretrained model's own tokenizer
+  c.sft.expert = "oracle"
   c.rollout.max_prompt_tokens = 4096
   return c
 

@@ -3,9 +3,11 @@
   python experiments/evaluate.py --config=configs/alfworld.py --step=best          # a checkpoint of config.workdir
   python experiments/evaluate.py --config=configs/alfworld.py --step=latest --attempts=4 --ks=1,4
   python experiments/evaluate.py --config=configs/alfworld.py --hf_path=/models/Qwen2.5-3B-Instruct
+  python experiments/evaluate.py --config=configs/webshop.py --step=0 --traces   # + every episode's replies
 
 Reports success overall and per task type, mean reward, valid-action ratio, episode length and pass@k (k <= the
-attempts per problem), using the config's validation sampling (temperature) on its fixed panel.
+attempts per problem), using the config's validation sampling (temperature) on its fixed panel. `--traces` also
+writes `traces.jsonl`: per episode its problem, outcome, env infos and each step's reply.
 """
 import json
 import os
@@ -15,12 +17,12 @@ from ml_collections import config_flags
 
 from agentopd_jax.eval.report import evaluation_summary, write_report
 from agentopd_jax.eval.validate import validate
-from agentopd_jax.models.loading import load_model_and_tokenizer
 from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.training import data
 from agentopd_jax.training.logging import configure_cli_logging
 from agentopd_jax.training.trainer import (
   checkpoint_policy,
+  model_and_tokenizer,
   rollout_engine,
   validation_key,
   validation_sampling,
@@ -32,6 +34,7 @@ _HF_PATH = flags.DEFINE_string("hf_path", "", "evaluate this HF folder instead o
 _ATTEMPTS = flags.DEFINE_integer("attempts", 0, "episodes per panel problem (0: config.validation.attempts)")
 _KS = flags.DEFINE_list("ks", ["1"], "pass@k values to report")
 _OUT = flags.DEFINE_string("out", "", "report folder (default: <workdir>/eval)")
+_TRACES = flags.DEFINE_bool("traces", False, "also write traces.jsonl (each episode's replies) to the report folder")
 
 
 def _params(c, mesh):
@@ -39,7 +42,7 @@ def _params(c, mesh):
   if _HF_PATH.value:
     with c.unlocked():
       c.model.path = _HF_PATH.value
-    config, params, tokenizer = load_model_and_tokenizer(c.model, c.tokenizer_path, c.seed, mesh)
+    config, params, tokenizer = model_and_tokenizer(c, c.seed, mesh)
     return config, params, tokenizer, _HF_PATH.value
   config, params, tokenizer, step = checkpoint_policy(c, _STEP.value, mesh)
   return config, params, tokenizer, f"{c.workdir} step {step}"
@@ -55,15 +58,20 @@ def main(argv):
   _, valid_games = data.env_tasks(c.env)
   panel = valid_games[:c.validation.num_tasks]
   engine = rollout_engine(c, config, tokenizer, mesh, len(panel) * attempts)
+  traces = [] if _TRACES.value else None
   try:
-    records, outcomes, _ = validate(engine, params, panel, attempts, validation_key(c), validation_sampling(c))
+    records, outcomes, _ = validate(engine, params, panel, attempts, validation_key(c), validation_sampling(c),
+                                    traces)
   finally:
     engine.env.close()
   ks = [int(k) for k in _KS.value if int(k) <= attempts]
   summary = evaluation_summary(records, outcomes, ks=ks)
   summary["evaluated"] = label
-  json_path, md_path = write_report(summary, _OUT.value or os.path.join(c.workdir, "eval"),
-                                    title=f"{c.env.name} evaluation: {label}")
+  out = _OUT.value or os.path.join(c.workdir, "eval")
+  json_path, md_path = write_report(summary, out, title=f"{c.env.name} evaluation: {label}")
+  if traces is not None:
+    with open(os.path.join(out, "traces.jsonl"), "w") as f:
+      f.writelines(json.dumps(t) + "\n" for t in traces)
   print(json.dumps({"success_rate": summary["success_rate"], "json": json_path, "markdown": md_path}))
 
 

@@ -2,9 +2,11 @@
 
   python experiments/probe_demos.py --config=configs/alfworld.py --step=0 --games=40
 
-Replays the config's expert (`sft.expert`) on the first `games` validation-panel games through the policy's own
-step-wise prompts and prints, per verb of the expert's action, how often the checkpoint's argmax is the verb and the
-whole reply, and the verb's mean probability (JSON). See `agentopd_jax/eval/probe.py`.
+Replays the config's expert (`sft.expert`) on the first `games` validation-panel tasks through the policy's own
+step-wise prompts and prints, per kind of the expert's decision (an ALFWorld verb; WebShop's search / click[product] /
+click[option] / click[buy now]; search-QA's search / answer), how often the checkpoint's argmax is the first token
+and the whole reply, and their mean probabilities (JSON). Episodes the expert loses are not probed.
+See `agentopd_jax/eval/probe.py`.
 """
 import json
 
@@ -34,7 +36,7 @@ def main(argv):
                                 chat_format(c, tokenizer), valid_games[:_GAMES.value],
                                 data.expert_policy(c.env, c.sft.expert), layout="step")
   print(json.dumps({"workdir": c.workdir, "step": step, "expert": c.sft.expert,
-                    "verbs": demo_accuracy(config, params, demos, tokenizer)}, indent=2))
+                    "decisions": demo_accuracy(config, params, demos, tokenizer)}, indent=2))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ import pytest
 pytest.importorskip("bm25s")
 pytest.importorskip("rapidfuzz")
 
+from agentopd_jax.envs.webshop.env import build_shop  # noqa: E402
+from agentopd_jax.envs.webshop.expert import plan, top_result_plan  # noqa: E402
 from agentopd_jax.objectives.registry import LossConfig  # noqa: E402
 from agentopd_jax.rollout.engine import RolloutConfig  # noqa: E402
 from agentopd_jax.training import data  # noqa: E402
@@ -55,11 +57,43 @@ def test_paper_settings():
 def test_task_pools_follow_the_benchmarks_splits():
   train, valid = data.env_tasks(_config("webshop").env)
   assert valid == list(range(500)) and train[0] == 500  # verl-agent: test goals [0, 500), training the rest
-  train, valid = data.env_tasks(_config("searchqa").env)
+  train, valid = data.env_tasks(_config("searchqa", "qwen2p5_3b").env)
   assert not {str(t) for t in train} & {str(t) for t in valid}
   assert len({t.data_source for t in valid[:48]}) >= 5  # the shuffled panel mixes the test sources
+  _, in_domain = data.env_tasks(_config("searchqa").env)  # the CPU default: the two sources it trains on
+  assert {t.data_source for t in in_domain} == {"nq", "hotpotqa"} and len(in_domain) == 400
+  bad = _config("searchqa")
+  bad.env.valid_sources = ("nq", "webquestions")
+  with pytest.raises(ValueError, match=r"env.valid_sources.*webquestions"):
+    data.env_tasks(bad.env)
   with pytest.raises(ValueError, match="env.name"):
     data.env_tasks(type("E", (), {"name": "minecraft"})())
+
+
+def test_builtin_tokenizer_learns_each_envs_own_text():
+  """WebShop's and search-QA's CPU defaults train the built-in tokenizer on the catalogue / encyclopedia (every ASIN a
+  whole word, in both cases); the search corpus holds the training questions but no validation question."""
+  webshop, search = _config("webshop"), _config("searchqa")
+  assert webshop.builtin_tokenizer.env_corpus and search.builtin_tokenizer.env_corpus
+  assert not _config("webshop", "qwen2p5_3b").builtin_tokenizer.env_corpus
+  texts, words = data.tokenizer_corpus(webshop.env)
+  shop_asins = set(build_shop().products)
+  assert set(words) == shop_asins | {a.lower() for a in shop_asins}
+  assert next(iter(build_shop().products.values()))["Title"] in texts
+  texts, words = data.tokenizer_corpus(search.env)
+  train, valid = data.env_tasks(search.env)
+  assert words == [] and train[0].question in texts and not {t.question for t in valid} & set(texts)
+  assert data.tokenizer_corpus(type("E", (), {"name": "alfworld"})()) == ([], [])
+
+
+def test_webshop_warm_start_imitates_the_top_result_shopper():
+  c = _config("webshop")
+  assert c.sft.expert == "top_result" and _config("webshop", "qwen2p5_3b").sft.expert == "oracle"
+  train, _ = data.env_tasks(c.env)
+  assert data.expert_policy(c.env, "top_result")(train[0]) == top_result_plan(build_shop(), train[0])
+  assert data.expert_policy(c.env, "oracle")(train[0]) == plan(build_shop(), train[0])
+  with pytest.raises(ValueError, match="sft.expert"):
+    data.expert_policy(c.env, "explorer")
 
 
 def _cli(script, name, workdir, *extra):
@@ -88,6 +122,9 @@ def test_train_and_evaluate_entry_points_run_the_env(tmp_path, name):
     assert ENVS[name][1] in pool.metadata(1)["metrics"]
   phases = {r["phase"] for r in read_metrics(os.path.join(workdir, "logs"))}
   assert phases == {"sft", "train", "val"}
-  out = _cli("evaluate.py", name, workdir, "--step=latest")
+  out = _cli("evaluate.py", name, workdir, "--step=latest", "--traces")
   report = json.loads(open(os.path.join(workdir, "eval", "eval.json")).read())
   assert report["episodes"] == 4 and '"success_rate"' in out
+  traces = [json.loads(line) for line in open(os.path.join(workdir, "eval", "traces.jsonl"))]
+  assert len(traces) == 4 and all(len(t["steps"]) == t["length"] >= 1 for t in traces)
+  assert {t["problem"] for t in traces} == set(problems)

@@ -103,6 +103,26 @@ def test_oracle_answers_95_percent_through_the_server(url, test_tasks):
   assert metrics["val/hotpotqa/tool_call_count/mean"] > metrics["val/nq/tool_call_count/mean"] >= 1.0
 
 
+def test_oracle_queries_copy_from_the_prompt(test_tasks):
+  """Every query of the oracle is text a policy can copy from its prompt: the subject as the question writes it (NQ
+  is lower-case; BM25 ignores case), then, on a retry, alone; a later hop's subject is copied from a passage."""
+  lower = [t for t in test_tasks if t.data_source == "nq" and t.question == t.question.lower()][:20]
+  assert lower
+  for task in lower:
+    oracle = Oracle(task)
+    query = oracle.act(task.question)[len("<search>"):-len("</search>")]
+    retry = oracle.act("<information>nothing relevant</information>")[len("<search>"):-len("</search>")]
+    subject = task.plan.hops[0][0]
+    assert subject != subject.lower() and subject.lower() in task.question
+    assert query.startswith(subject.lower() + " ") and retry == subject.lower()
+  bridge = next(t for t in test_tasks if t.data_source == "hotpotqa" and t.plan.kind == "bridge")
+  env, oracle = SearchEnv(), Oracle(bridge)
+  obs, _ = env.reset(bridge)
+  obs, *_ = env.step(oracle.act(obs))
+  second, value = oracle.act(obs), oracle.values[0]
+  assert second.startswith(f"<search>{value} ") and value in obs and value.lower() not in bridge.question.lower()
+
+
 def test_oracle_in_search_r1_format(url, test_tasks):
   env = SearchEnv(search_url=url, obs_format="search-r1")
   won = [play(env, t)[2]["won"] for t in test_tasks[::13]]

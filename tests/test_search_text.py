@@ -190,3 +190,4 @@ def test_demo_replies_project_back(flavor, compact):
     reply = view.demo_reply(action)
     assert view.project(reply) == (action, 1)
     assert ("<think>" in reply) != compact
+    assert reply.endswith((" Evan Morris born </search>", " 1977 </answer>"))  # the prompts' spacing

@@ -199,3 +199,36 @@ def test_builtin_tokenizer_crash_leaves_nothing(monkeypatch, tmp_path):
   with pytest.raises(RuntimeError, match="boom"):
     builtin_tokenizer(tmp_path, vocab_size=300)
   assert os.listdir(tmp_path) == []  # neither the final folder nor the temp folder survives
+
+
+ASINS = ["B0A30923H8", "b0a30923h8", "B0YBJ47KCL", "b0ybj47kcl"]
+
+
+@pytest.fixture(scope="module")
+def with_words(tmp_path_factory):
+  """(plain, with ASINs as whole words), both on the tiny corpus."""
+  return (build_tokenizer(tmp_path_factory.mktemp("tok_plain"), TINY_CORPUS, vocab_size=300),
+          build_tokenizer(tmp_path_factory.mktemp("tok_words"), TINY_CORPUS, vocab_size=300, whole_words=ASINS))
+
+
+def test_whole_words_are_single_tokens_only_as_whole_words(with_words):
+  plain, tok = with_words
+  assert len(tok) == len(plain) + len(ASINS)
+  assert tok.encode("go to drawer 1") == plain.encode("go to drawer 1")
+  assert tok.tokenize("click[b0a30923h8]")[-2:] == ["b0a30923h8", "]"]
+  assert "B0YBJ47KCL" in tok.tokenize("'B0YBJ47KCL' [SEP] 'x'")
+  # Inside a longer word it is not one token (single_word): "xb0a30923h8" stays BPE pieces.
+  assert not set(tok.tokenize("xb0a30923h8") + tok.tokenize("b0a30923h8s")) & set(ASINS)
+  for text in ("click[b0a30923h8]", " b0a30923h8 and B0A30923H8.", "xb0a30923h8s", "go to drawer 1"):
+    assert tok.decode(tok.encode(text)) == text
+
+
+def test_env_corpus_gets_its_own_cache_folder(monkeypatch, tmp_path):
+  monkeypatch.setattr(tokmod, "default_corpus", lambda: list(TINY_CORPUS))
+  plain = builtin_tokenizer_dir(tmp_path, 300)
+  extra = builtin_tokenizer_dir(tmp_path, 300, env_texts=["Velmora Tashkel"], whole_words=ASINS)
+  assert plain.name == "tokenizer-v2-300" and extra.name.startswith("tokenizer-v2-300-") and extra != plain
+  assert builtin_tokenizer_dir(tmp_path, 300, env_texts=["Velmora Tashkel"]) not in (plain, extra)
+  tok = builtin_tokenizer(tmp_path, 300, env_texts=["the poet Velmora Tashkel"] * 50, whole_words=ASINS)
+  assert os.path.samefile(tok.name_or_path, builtin_tokenizer_dir(tmp_path, 300, ["the poet Velmora Tashkel"] * 50, ASINS))
+  assert tok.tokenize(" Velmora") == ["ĠVelmora"] and "b0ybj47kcl" in tok.tokenize("click[b0ybj47kcl]")

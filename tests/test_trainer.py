@@ -187,7 +187,7 @@ def test_probe_cli_reads_a_checkpoint(uninterrupted, games_root):
   out = _finish(subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
   report = json.loads(out[out.index("{"):])
   assert report["step"] == ITERATIONS and report["expert"] == "explorer"
-  assert report["verbs"] and all(0.0 <= v["verb_probability"] <= 1.0 for v in report["verbs"].values())
+  assert report["decisions"] and all(0.0 <= v["verb_probability"] <= 1.0 for v in report["decisions"].values())
 
 
 def test_seed_report_reads_finished_runs(uninterrupted, tmp_path):

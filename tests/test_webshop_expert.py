@@ -8,7 +8,7 @@ pytest.importorskip("rapidfuzz")
 
 from agentopd_jax.envs.webshop import goals, search  # noqa: E402
 from agentopd_jax.envs.webshop.env import MAX_STEPS, WebshopEnv, build_shop  # noqa: E402
-from agentopd_jax.envs.webshop.expert import plan  # noqa: E402
+from agentopd_jax.envs.webshop.expert import plan, top_result_plan  # noqa: E402
 from agentopd_jax.envs.webshop.text import WebshopText  # noqa: E402
 
 
@@ -61,6 +61,31 @@ def test_expert_wins_at_least_95_percent(split):
     won += infos["won"]
   assert won >= 0.95 * len(chosen)
   assert instruction_queries >= 0.9 * len(chosen)  # the title fallback is rare
+
+
+def test_top_result_shopper_acts_only_on_what_the_pages_show():
+  """It buys the first product of the results page its search opens, with the instruction's option values that the
+  item page offers, in the instruction's order; it wins some goals (those are its demonstrations), not all."""
+  env = WebshopEnv()
+  chosen = random.Random(1).sample(list(goals.split_indices(len(env.shop.goals), "train")), 120)
+  won = 0
+  for i in chosen:
+    actions, goal = top_result_plan(env.shop, i), env.shop.goals[i]
+    env.reset(i)
+    obs, _, _, infos = env.step(actions[0])
+    assert actions[0] == f"search[{env.shop.products[goal['asin']]['instruction_text'].lower()}]"
+    assert goal["instruction_text"].lower().startswith(actions[0][len("search["):-1])  # the task's own words
+    shown = [c for c in infos["available_actions"]["clickables"] if c.startswith("b0")]
+    assert actions[1] == f"click[{shown[0]}]"
+    obs, _, _, infos = env.step(actions[1])
+    offered = infos["available_actions"]["clickables"]
+    assert actions[2:-1] == [f"click[{v}]" for v in goal["goal_options"].values() if v in offered]
+    assert actions[-1] == "click[buy now]"
+    for action in actions[2:]:
+      obs, score, done, infos = env.step(action)
+    assert done
+    won += infos["won"]
+  assert 0.1 * len(chosen) <= won < 0.6 * len(chosen)
 
 
 def test_expert_demonstration_through_the_text_env():

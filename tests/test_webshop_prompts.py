@@ -80,7 +80,8 @@ def test_observation_and_action_formatting():
 @pytest.mark.parametrize("compact", [False, True])
 def test_long_history_prompt_falls_back_to_no_history(compact):
   memory = SimpleMemory()
-  memory.store("'x" + "y" * 14000 + "'", "search[a]")
+  # The compact history shows actions only, so a long action is what overflows it.
+  memory.store("'x" + "y" * 14000 + "'", "search[" + "a " * 7000 + "]")
   available = RESULTS_INFOS["available_actions"]
   short = prompts.render("'p'", available, TASK, SimpleMemory(), compact=compact)
   assert prompts.render("'p'", available, TASK, memory, compact=compact) == short
@@ -95,8 +96,12 @@ def test_compact_templates():
                                 "click[search]\nReply with one action inside <action> </action> tags.\n")
   view.observe("search[hair]", RESULTS, RESULTS_INFOS)
   prompt = view.step_prompt()
-  assert prompt.startswith(f"Task: {TASK}\nLast 1 of 1 step(s): [Observation 1: ''Search'', Action 1: "
-                           "'search[hair]']\nStep 2 observation: 'Back to Search' [SEP]")
+  assert prompt.startswith(f"Task: {TASK}\nLast 1 of 1 action(s): search[hair]\n"
+                           "Step 2 observation: 'Back to Search' [SEP]")
+  view.observe("click[b0]", RESULTS, RESULTS_INFOS)
+  view.observe("click[next >]", RESULTS, RESULTS_INFOS)
+  view.history_length = 2
+  assert "\nLast 2 of 3 action(s): click[b0], click[next >]\nStep 4 observation: " in view.step_prompt()
   assert "<think>" not in prompt and view.project("<action>click[next >]</action>") == ("click[next >]", 1)
   assert view.demo_reply("click[x]") == "<action>click[x]</action>"
 
@@ -137,21 +142,30 @@ def test_projection_examples():
 
 
 def test_text_env_has_alfworld_texts_interface():
+  """Every method of AlfworldText with the same parameters (as called on an instance); the constructor takes
+  AlfworldText's keywords, and WebShop's reward kind besides."""
+  alfworld, webshop = AlfworldText(), WebshopText()
   for name, member in inspect.getmembers(AlfworldText):
-    if name.startswith("_") and name != "__init__":
+    if name.startswith("_"):
       continue
     assert hasattr(WebshopText, name), name
     if callable(member):
-      assert inspect.signature(getattr(WebshopText, name)).parameters.keys() == \
-          inspect.signature(member).parameters.keys(), name
-  assert inspect.signature(WebshopText).parameters["invalid_penalty"].default == 0.1
+      assert inspect.signature(getattr(webshop, name)).parameters.keys() == \
+          inspect.signature(getattr(alfworld, name)).parameters.keys(), name
+  init = inspect.signature(WebshopText).parameters
+  assert set(inspect.signature(AlfworldText).parameters) | {"reward"} == set(init)
+  assert init["invalid_penalty"].default == 0.1 and init["reward"].default == "success"
   assert WebshopText.name == "webshop"
 
 
 def test_text_env_reward_and_memory():
-  assert WebshopText.reward(1.0, True, {}) == (10.0, True)
-  assert WebshopText.reward(1.0, False, {}) == (0.0, False)
-  assert WebshopText.reward(0.75, True, {}) == (0.0, False)
+  success, score = WebshopText(), WebshopText(reward="score")
+  assert success.reward(1.0, True, {}) == (10.0, True) == score.reward(1.0, True, {})
+  assert success.reward(1.0, False, {}) == (0.0, False) == score.reward(1.0, False, {})
+  assert success.reward(0.75, True, {}) == (0.0, False)
+  assert score.reward(0.75, True, {}) == (7.5, False)  # graded, but only a perfect purchase is a win
+  with pytest.raises(ValueError, match="env.reward"):
+    WebshopText(reward="dense")
   view = WebshopText(history_length=1)
   view.begin(RESET, RESET_INFOS)
   view.observe("search[a]", RESULTS, RESULTS_INFOS)

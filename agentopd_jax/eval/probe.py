@@ -1,14 +1,17 @@
-"""Teacher-forced accuracy of a policy on expert demonstrations, per expert command verb.
+"""Teacher-forced accuracy of a policy on expert demonstrations, per kind of decision.
 
 Success rates stay at zero until every decision of an episode is right, so they cannot tell a warm start that has
 learnt nothing from one that has learnt all but one decision. This probe replays expert episodes through the
-policy's own prompts and asks, per verb of the expert's action (go, take, move, use, open, ...): is the verb the
-policy's argmax, is the whole reply, and what probability does the verb get. docs/results.md uses it to find which
-decision (taking the task's object, copying its id) a tiny model had not learnt.
+policy's own prompts and asks, per kind of the expert's action (`decision`: an ALFWorld verb such as go, take,
+move; WebShop's search, click[product], click[option], click[buy now]; search-QA's search and answer): is the
+first token after the tag the policy's argmax, is the whole reply, what probability does that first token get, and
+what probability does the whole reply get (the chance that sampling at T = 1 reproduces it). docs/results.md uses it
+to find which decision (taking the task's object, copying its id) a tiny model had not learnt.
 """
 from __future__ import annotations
 
 import collections
+import re
 from typing import Dict, List, Sequence
 
 import numpy as np
@@ -17,20 +20,41 @@ from agentopd_jax.rollout.batch import collate
 from agentopd_jax.rollout.types import Sample
 from agentopd_jax.scoring.fused import ScoreConfig, make_score_fn
 
-ACTION_TAG = "<action>"
+TAGS = ("<action>", "<search>", "<answer>")  # what opens a reply's action (ALFWorld / WebShop; search-QA)
+WEBSHOP_BUTTONS = ("back to search", "next >", "< prev", "description", "features", "reviews", "buy now")
+_WEBSHOP_ACTION = re.compile(r"(\w+)\[(.*)\]", re.DOTALL)
+_ASIN = re.compile(r"b0[0-9a-z]{8}")
 
 
 def _verb_offset(tokenizer, completion_ids: Sequence[int]) -> int:
-  """Index of the first completion token after the action tag (the verb), or -1 if the reply has no tag."""
+  """Index of the first completion token after the reply's first tag (the verb), or -1 if the reply has none."""
   for i in range(len(completion_ids)):
-    if tokenizer.decode(list(completion_ids[:i])).endswith(ACTION_TAG):
+    if tokenizer.decode(list(completion_ids[:i])).endswith(TAGS):
       return i
   return -1
 
 
+def decision(reply: str) -> str:
+  """The kind of decision a reply makes: "search" / "answer" (search-QA's tags); for WebShop's `name[arg]` actions
+  "search", "click[product]" (an ASIN), a button ("click[buy now]") or "click[option]"; else the first word of the
+  action (an ALFWorld verb)."""
+  for tag in TAGS[1:]:
+    if tag in reply:
+      return tag.strip("<>")
+  action = reply.split(TAGS[0])[-1].split("</action>")[0].strip()
+  webshop = _WEBSHOP_ACTION.fullmatch(action)
+  if webshop:
+    name, arg = webshop.groups()
+    if name != "click":
+      return name
+    return f"click[{arg}]" if arg in WEBSHOP_BUTTONS else "click[product]" if _ASIN.fullmatch(arg) else "click[option]"
+  return action.split()[0] if action.split() else ""
+
+
 def demo_accuracy(model, params, samples: Sequence[Sample], tokenizer, batch_size: int = 16
                   ) -> Dict[str, Dict[str, float]]:
-  """{verb: {n, verb_accuracy, reply_accuracy, verb_probability}} over step-layout demonstration samples.
+  """{decision: {n, verb_accuracy, reply_accuracy, verb_probability, reply_probability}} over step-layout
+  demonstration samples (`decision` of each reply; "verb" is the first token after the tag).
 
   One fused scoring call per batch gives each reply token's log-prob and the policy's argmax (top-1 id).
   """
@@ -47,9 +71,11 @@ def demo_accuracy(model, params, samples: Sequence[Sample], tokenizer, batch_siz
         continue
       targets = np.nonzero(batch.loss_mask[r])[0]  # target-indexed, like the scores
       predicted = argmax[r, targets] == batch.tokens[r, targets]
-      verb = sample.response_text.split(ACTION_TAG)[-1].split()[0]
-      rows[verb].append([float(predicted[offset]), float(predicted.all()), float(np.exp(logprobs[r, targets[offset]]))])
-  return {verb: dict(n=len(v), verb_accuracy=float(np.mean([x[0] for x in v])),
+      rows[decision(sample.response_text)].append([
+          float(predicted[offset]), float(predicted.all()), float(np.exp(logprobs[r, targets[offset]])),
+          float(np.exp(logprobs[r, targets].sum()))])
+  return {kind: dict(n=len(v), verb_accuracy=float(np.mean([x[0] for x in v])),
                      reply_accuracy=float(np.mean([x[1] for x in v])),
-                     verb_probability=float(np.mean([x[2] for x in v])))
-          for verb, v in sorted(rows.items())}
+                     verb_probability=float(np.mean([x[2] for x in v])),
+                     reply_probability=float(np.mean([x[3] for x in v])))
+          for kind, v in sorted(rows.items())}

@@ -6,13 +6,13 @@ the same random numbers (common random numbers make their difference far less no
 """
 from __future__ import annotations
 
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import jax
 
 from agentopd_jax.envs.verl_agent.metrics import EpisodeRecord
-from agentopd_jax.rollout.engine import RolloutEngine
-from agentopd_jax.rollout.types import EpisodeResult
+from agentopd_jax.rollout.engine import Rollout, RolloutEngine
+from agentopd_jax.rollout.types import EpisodeResult, Sample
 from agentopd_jax.sampling.sampler import SamplingParams
 
 
@@ -35,11 +35,28 @@ def outcomes_of(episodes: Sequence[EpisodeResult]) -> Dict[str, Tuple[int, int]]
   return out
 
 
+def episode_traces(rollout: Rollout) -> List[Dict]:
+  """What each episode did, for reading a policy's failures: problem, outcome, the env's infos and, per step, the
+  reply and its validity (step layout; a whole-trajectory sample is one entry)."""
+  steps: Dict[int, List[Sample]] = {}
+  for sample in rollout.samples:
+    steps.setdefault(sample.traj_id, []).append(sample)
+  return [{"problem": ep.problem_id, "won": ep.won, "reward": ep.reward, "length": ep.length, "info": ep.info,
+           "error": ep.error,
+           "steps": [{"reply": s.response_text, "valid": s.action_valid}
+                     for s in sorted(steps.get(ep.traj_id, []), key=lambda s: s.step_index)]}
+          for ep in rollout.episodes]
+
+
 def validate(engine: RolloutEngine, params, panel: Sequence[str], attempts: int, key: jax.Array,
-             sampling: SamplingParams) -> Tuple[List[EpisodeRecord], Dict[str, Tuple[int, int]], Dict[str, float]]:
-  """Plays each panel problem `attempts` times (the engine's vector env must host len(panel) * attempts envs)."""
+             sampling: SamplingParams, traces: Optional[List[Dict]] = None
+             ) -> Tuple[List[EpisodeRecord], Dict[str, Tuple[int, int]], Dict[str, float]]:
+  """Plays each panel problem `attempts` times (the engine's vector env must host len(panel) * attempts envs);
+  `traces`, when given, receives `episode_traces` of the episodes."""
   tasks = [p for p in panel for _ in range(attempts)]
   groups = [g for g in range(len(panel)) for _ in range(attempts)]
   result = engine.run(params, tasks, tasks, groups, key, sampling)
+  if traces is not None:
+    traces.extend(episode_traces(result))
   played = [ep for ep in result.episodes if not ep.env_failed]
   return [episode_record(ep) for ep in played], outcomes_of(result.episodes), result.stats

@@ -3,28 +3,42 @@ tokenizer (the no-download default). Shared by every experiment entry point."""
 from __future__ import annotations
 
 import os
+from typing import Optional, Sequence, Tuple
 
 import jax
 
 from agentopd_jax.models import hf_io, transformer
 from agentopd_jax.models.config import preset
-from agentopd_jax.models.tokenizer import builtin_tokenizer, load_tokenizer
+from agentopd_jax.models.tokenizer import BUILTIN_VOCAB_SIZE, builtin_tokenizer, load_tokenizer
+
+VOCAB_MULTIPLE = 128  # a random-init vocabulary grown to fit the tokenizer is rounded up to this (matmul-friendly)
 
 
-def load_model_and_tokenizer(model_cfg, tokenizer_path: str, seed: int, mesh):
-  """(ModelConfig, params on `mesh`, tokenizer). `model_cfg` needs `path`, `preset` and `param_dtype` fields."""
+def load_model_and_tokenizer(model_cfg, tokenizer_path: str, seed: int, mesh, builtin_vocab: int = BUILTIN_VOCAB_SIZE,
+                             env_corpus: Optional[Tuple[Sequence[str], Sequence[str]]] = None):
+  """(ModelConfig, params on `mesh`, tokenizer). `model_cfg` needs `path`, `preset` and `param_dtype` fields.
+
+  The tokenizer is `tokenizer_path`'s, else `model_cfg.path`'s, else the built-in one with `builtin_vocab` BPE tokens,
+  also trained on `env_corpus` = (env texts, whole words) when given. A preset's random-init vocabulary grows to fit
+  the tokenizer (rounded up to a multiple of 128); pretrained weights must already fit it.
+  """
+  has_tokenizer = model_cfg.path and os.path.isfile(os.path.join(model_cfg.path, "tokenizer.json"))
+  tok_path = tokenizer_path or (model_cfg.path if has_tokenizer else "")
+  if tok_path:
+    tokenizer = load_tokenizer(tok_path)
+  else:
+    texts, words = env_corpus or ((), ())
+    tokenizer = builtin_tokenizer(vocab_size=builtin_vocab, env_texts=texts, whole_words=words)
   if model_cfg.path:
     overrides = {"param_dtype": model_cfg.param_dtype} if model_cfg.param_dtype else {}
     config, params = hf_io.load_hf(model_cfg.path, mesh=mesh, **overrides)
   else:
     config = preset(model_cfg.preset)
-    if model_cfg.param_dtype:
-      config = config.replace(param_dtype=model_cfg.param_dtype)
+    needed = -(-len(tokenizer) // VOCAB_MULTIPLE) * VOCAB_MULTIPLE
+    config = config.replace(vocab_size=max(config.vocab_size, needed),
+                            **({"param_dtype": model_cfg.param_dtype} if model_cfg.param_dtype else {}))
     params = jax.device_put(transformer.init_params(config, jax.random.key(seed)),
                             transformer.param_shardings(config, mesh))
-  has_tokenizer = model_cfg.path and os.path.isfile(os.path.join(model_cfg.path, "tokenizer.json"))
-  tok_path = tokenizer_path or (model_cfg.path if has_tokenizer else "")
-  tokenizer = load_tokenizer(tok_path) if tok_path else builtin_tokenizer()
   if len(tokenizer) > config.vocab_size:
     raise ValueError(f"tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {config.vocab_size}")
   return config, params, tokenizer

@@ -11,12 +11,19 @@ Public API:
     apply_chat_template(tok, messages)        -> list[int]   (hides v5's BatchEncoding return)
     render_chat(tok, messages)                -> str
     default_corpus()                          deterministic training texts
-    build_tokenizer(out_dir, texts, vocab)    train + save (HF format) + reload
-    builtin_tokenizer(cache_dir, vocab)       build once into a cache folder, then reuse
+    build_tokenizer(out_dir, texts, vocab, whole_words)
+                                              train + save (HF format) + reload
+    builtin_tokenizer(cache_dir, vocab, env_texts, whole_words)
+                                              build once into a cache folder, then reuse
+
+An env's own text (WebShop's catalogue, the search encyclopedia) can join the default corpus, so that its words
+become single tokens too, and ids that must be copied character-exact (WebShop's ASINs) can be made whole tokens;
+such a tokenizer is cached under a folder named by a hash of those extras.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -349,14 +356,15 @@ def default_corpus(seed: int = 0) -> list[str]:
 
 
 def build_tokenizer(out_dir: str | os.PathLike, texts: Sequence[str] | None = None,
-                    vocab_size: int = BUILTIN_VOCAB_SIZE):
+                    vocab_size: int = BUILTIN_VOCAB_SIZE, whole_words: Sequence[str] = ()):
   """Train a byte-level BPE tokenizer on ``texts``, save it in HF format to ``out_dir``, reload it.
 
   Returns the tokenizer as ``load_tokenizer(out_dir)`` gives it, so callers test exactly what
-  later runs will load. ``vocab_size`` is an upper bound: training stops early when the corpus
-  has no more pairs to merge.
+  later runs will load. ``vocab_size`` is an upper bound on the BPE vocabulary: training stops
+  early when the corpus has no more pairs to merge. ``whole_words`` are added after it, one token
+  each, matched only as whole words (not inside a longer word).
   """
-  from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+  from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
   from transformers import PreTrainedTokenizerFast
 
   texts = default_corpus() if texts is None else list(texts)
@@ -372,6 +380,10 @@ def build_tokenizer(out_dir: str | os.PathLike, texts: Sequence[str] | None = No
     show_progress=False,
   )
   bpe.train_from_iterator(texts, trainer=trainer)
+  # Random ids such as ASINs are several BPE pieces each, and a tiny model trained from scratch copies a multi-piece
+  # string from its context far less reliably than one token (docs/results.md, WebShop); as added tokens they are
+  # split off before BPE, so every other string still encodes exactly as before.
+  bpe.add_tokens([AddedToken(w, single_word=True, normalized=False) for w in dict.fromkeys(whole_words)])
 
   tok = PreTrainedTokenizerFast(
     tokenizer_object=bpe,
@@ -389,25 +401,33 @@ def build_tokenizer(out_dir: str | os.PathLike, texts: Sequence[str] | None = No
   return load_tokenizer(out)
 
 
-def builtin_tokenizer_dir(cache_dir: str | os.PathLike | None = None, vocab_size: int = BUILTIN_VOCAB_SIZE) -> Path:
-  """Folder the built-in tokenizer lives in: ``<cache root>/tokenizer-<version>-<vocab_size>``.
+def builtin_tokenizer_dir(cache_dir: str | os.PathLike | None = None, vocab_size: int = BUILTIN_VOCAB_SIZE,
+                          env_texts: Sequence[str] = (), whole_words: Sequence[str] = ()) -> Path:
+  """Folder the built-in tokenizer lives in: ``<cache root>/tokenizer-<version>-<vocab_size>``, with
+  ``-<hash of env_texts and whole_words>`` appended when either is given.
 
   The cache root is ``cache_dir``, else ``$AGENTOPD_CACHE``, else ``~/.cache/agentopd_jax``.
   """
   root = cache_dir if cache_dir is not None else os.environ.get("AGENTOPD_CACHE", "~/.cache/agentopd_jax")
-  return Path(root).expanduser() / f"tokenizer-{BUILTIN_VERSION}-{vocab_size}"
+  name = f"tokenizer-{BUILTIN_VERSION}-{vocab_size}"
+  if env_texts or whole_words:
+    name += "-" + hashlib.sha1(json.dumps([list(env_texts), list(whole_words)]).encode()).hexdigest()[:12]
+  return Path(root).expanduser() / name
 
 
-def builtin_tokenizer(cache_dir: str | os.PathLike | None = None, vocab_size: int = BUILTIN_VOCAB_SIZE):
-  """The built-in tokenizer, trained on ``default_corpus()`` once and then loaded from the cache."""
-  final = builtin_tokenizer_dir(cache_dir, vocab_size)
+def builtin_tokenizer(cache_dir: str | os.PathLike | None = None, vocab_size: int = BUILTIN_VOCAB_SIZE,
+                      env_texts: Sequence[str] = (), whole_words: Sequence[str] = ()):
+  """The built-in tokenizer, trained on ``default_corpus()`` (plus ``env_texts``, with ``whole_words`` as single
+  tokens) once and then loaded from the cache."""
+  final = builtin_tokenizer_dir(cache_dir, vocab_size, env_texts, whole_words)
   if not final.is_dir():
     final.parent.mkdir(parents=True, exist_ok=True)
     # Build next to the target and rename into place: the rename is atomic, so a crash
     # never leaves a half-written folder that a later call would mistake for a cache hit.
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
     try:
-      build_tokenizer(tmp, vocab_size=vocab_size)
+      build_tokenizer(tmp, texts=default_corpus() + list(env_texts), vocab_size=vocab_size,
+                      whole_words=whole_words)
       try:
         os.replace(tmp, final)
       except OSError:

@@ -6,10 +6,10 @@ whose demonstrations warm-start the policy, and each iteration's task draw.
             goals [0, 500), training from the rest, as verl-agent
   search    SearchTask questions: the bundled encyclopedia's train/test splits, or Search-R1 files
             (`env.train_file`, `env.test_file`)
-So the default runs need no download. The tasks are fixed across run seeds, as a benchmark's are, so seed-to-seed
-spread measures training randomness (init, data order, sampling), not a different task set per seed. The draw for
-iteration i is a pure function of (seed, i): a resumed run replays the same tasks as an uninterrupted one without
-storing any data-loader state.
+So the default runs need no download; `tokenizer_corpus` gives each env's own text to the built-in tokenizer. The
+tasks are fixed across run seeds, as a benchmark's are, so seed-to-seed spread measures training randomness (init,
+data order, sampling), not a different task set per seed. The draw for iteration i is a pure function of (seed, i): a
+resumed run replays the same tasks as an uninterrupted one without storing any data-loader state.
 """
 from __future__ import annotations
 
@@ -100,21 +100,34 @@ def webshop_goals(env_cfg) -> Tuple[List[int], List[int]]:
   return list(split_indices(n, "train")), list(split_indices(n, "test"))
 
 
-def _webshop_expert(shop_args: dict, goal: int) -> List[str]:
-  from agentopd_jax.envs.webshop.env import build_shop
-  from agentopd_jax.envs.webshop.expert import plan
+WEBSHOP_EXPERTS = ("oracle", "top_result")
 
-  return plan(build_shop(**shop_args), goal) or []  # [] (no plan found): the demonstration is skipped
+
+def _webshop_expert(shop_args: dict, expert: str, goal: int) -> List[str]:
+  """"oracle" (`expert.plan`: knows the goal's product) or "top_result" (`expert.top_result_plan`: buys the top
+  search result, acting only on what the pages show, so a text-only policy can imitate it)."""
+  from agentopd_jax.envs.webshop import expert as shoppers
+  from agentopd_jax.envs.webshop.env import build_shop
+
+  planner = shoppers.plan if expert == "oracle" else shoppers.top_result_plan
+  return planner(build_shop(**shop_args), goal) or []  # [] (no plan found): the demonstration is skipped
 
 
 # --------------------------------------------------------------------------------------------------- Search-QA
 def search_questions(env_cfg) -> Tuple[list, list]:
-  """(training questions, validation questions). The bundled test split is shuffled once (fixed seed) so a panel of
-  the first N mixes the seven data sources instead of taking N questions of the first one."""
+  """(training questions, validation questions). The test split keeps the data sources in `env.valid_sources` (all
+  when empty) and is shuffled once (fixed seed) so a panel of the first N mixes them instead of taking N questions of
+  the first one."""
   from agentopd_jax.envs.search import bundled_tasks, load_tasks
 
   train = load_tasks(env_cfg.train_file) if env_cfg.train_file else bundled_tasks("train", seed=env_cfg.world_seed)
   test = load_tasks(env_cfg.test_file) if env_cfg.test_file else bundled_tasks("test", seed=env_cfg.world_seed)
+  sources = tuple(env_cfg.valid_sources)
+  if sources:
+    unknown = set(sources) - {t.data_source for t in test}
+    if unknown:
+      raise ValueError(f"env.valid_sources: no test questions of {sorted(unknown)}")
+    test = [t for t in test if t.data_source in sources]
   test = [test[i] for i in np.random.default_rng(0).permutation(len(test))]
   return list(train), test
 
@@ -129,6 +142,48 @@ def _search_expert(env_kwargs: dict, task) -> List[str]:
 
   actions, _, _ = play(SearchEnv(**env_kwargs), task)
   return actions
+
+
+# --------------------------------------------------------------------------------------------------- tokenizer
+TOKENIZER_MAX_DOCS = 50_000  # a real wiki-18 corpus has 21 M passages; its first ones are plenty for a small BPE
+
+
+def _webshop_corpus(env_cfg) -> Tuple[List[str], List[str]]:
+  """The catalogue as the site shows it (titles, prices, descriptions, bullet points, option names and values,
+  product instructions); every ASIN is a whole word in both the page's case and the click action's lower case."""
+  from agentopd_jax.envs.webshop.env import build_shop
+
+  texts, asins = [], []
+  for asin, p in build_shop(**_webshop_shop_args(env_cfg)).products.items():
+    texts += [p["Title"], p["Price"], p["Description"], *p["BulletPoints"], p.get("instruction_text") or ""]
+    texts += [f"{name} {' '.join(values)}" for name, values in p["options"].items()]
+    asins += [asin, asin.lower()]
+  return texts, asins
+
+
+def _search_corpus(env_cfg) -> Tuple[List[str], List[str]]:
+  """The retrieval corpus (the bundled encyclopedia, or the first passages of `env.corpus`) and the training
+  questions; nothing of the validation split."""
+  from agentopd_jax.envs.search import generate_world
+  from agentopd_jax.envs.search.retriever import read_corpus
+
+  if env_cfg.corpus:
+    docs = read_corpus(env_cfg.corpus)[:TOKENIZER_MAX_DOCS]
+  else:
+    docs = generate_world(env_cfg.world_seed).passages
+  return [d["contents"] for d in docs] + [t.question for t in search_questions(env_cfg)[0]], []
+
+
+def tokenizer_corpus(env_cfg) -> Tuple[List[str], List[str]]:
+  """(texts, whole words) of the configured env for the built-in tokenizer (`builtin_tokenizer.env_corpus`): what the
+  env's pages and passages are written in, so its words become single tokens. ALFWorld's names and commands are in the
+  default corpus already, so it adds nothing."""
+  _check_env(env_cfg.name)
+  if env_cfg.name == "webshop":
+    return _webshop_corpus(env_cfg)
+  if env_cfg.name == "search":
+    return _search_corpus(env_cfg)
+  return [], []
 
 
 # --------------------------------------------------------------------------------------------------- dispatch
@@ -166,13 +221,16 @@ def env_factory(env_cfg, max_steps: Optional[int] = None) -> Callable[[], object
 
 
 def expert_policy(env_cfg, expert: str) -> Callable[[object], List[str]]:
-  """task -> the expert's actions, for the SFT warm start. ALFWorld: `expert` ("explorer" or "planner"); WebShop and
-  Search have one expert each (the oracle shopper, the oracle searcher), so `expert` only applies to ALFWorld."""
+  """task -> the expert's actions, for the SFT warm start. ALFWorld: `expert` in EXPERTS ("explorer" or "planner");
+  WebShop: in WEBSHOP_EXPERTS ("oracle" or "top_result"); Search has one expert (the oracle searcher), so `expert` is
+  not read there."""
   _check_env(env_cfg.name)
   if env_cfg.name == "alfworld":
     return functools.partial(expert_actions, expert=expert)
   if env_cfg.name == "webshop":
-    return functools.partial(_webshop_expert, _webshop_shop_args(env_cfg))
+    if expert not in WEBSHOP_EXPERTS:
+      raise ValueError(f"sft.expert must be one of {WEBSHOP_EXPERTS} for WebShop, got {expert!r}")
+    return functools.partial(_webshop_expert, _webshop_shop_args(env_cfg), expert)
   return functools.partial(_search_expert, _search_env_kwargs(env_cfg))
 
 

@@ -27,7 +27,11 @@ def cpu_base(env_name: str) -> ml_collections.ConfigDict:
   c.model.path = ""                    # local HF folder (config.json + *.safetensors + tokenizer)
   c.model.param_dtype = ""
   c.model.chat_template_kwargs = ml_collections.ConfigDict()  # e.g. enable_thinking=False (Qwen3)
-  c.tokenizer_path = ""                # "" -> model.path's tokenizer, else the built-in one
+  c.tokenizer_path = ""                # "" -> model.path's tokenizer, else the built-in one:
+  c.builtin_tokenizer = ml_collections.ConfigDict()
+  c.builtin_tokenizer.vocab_size = 2048  # its BPE vocabulary (a random-init model's vocab grows to fit the tokenizer)
+  c.builtin_tokenizer.env_corpus = False  # also train it on the env's own text (catalogue, encyclopedia) so the env's
+                                          # words are single tokens, and make ids copied verbatim (ASINs) whole tokens
 
   c.env = ml_collections.ConfigDict()  # the env config adds its own fields
   c.env.name = env_name

@@ -58,9 +58,10 @@ def _mean_metrics(rows: List[Dict[str, float]]) -> Dict[str, float]:
 
 def text_env_factory(c):
   """A fresh `TextEnv` of the configured env and prompt per call (one per env instance)."""
+  options = {"reward": c.env.reward} if c.env.name == "webshop" else {}  # WebShop's reward kind (WebshopText)
   return functools.partial(make_text_env, c.env.name, history_length=c.env.history_length,
                            compact=c.env.compact_prompt, flavor=c.env.prompt_flavor,
-                           invalid_penalty=c.env.invalid_penalty)
+                           invalid_penalty=c.env.invalid_penalty, **options)
 
 
 def demonstration_env(c):
@@ -107,9 +108,16 @@ def base_seed(c) -> int:
   return c.sft.seed if c.sft.seed >= 0 else c.seed
 
 
+def model_and_tokenizer(c, seed: int, mesh):
+  """(model config, params, tokenizer) of the run config: `load_model_and_tokenizer` with the built-in tokenizer's
+  settings, trained also on the env's own text when `builtin_tokenizer.env_corpus` is set."""
+  env_corpus = data.tokenizer_corpus(c.env) if c.builtin_tokenizer.env_corpus else None
+  return load_model_and_tokenizer(c.model, c.tokenizer_path, seed, mesh, c.builtin_tokenizer.vocab_size, env_corpus)
+
+
 def checkpoint_policy(c, step: str, mesh):
   """(model config, params, tokenizer, step) of checkpoint `step` ("best", "latest" or an integer) of c.workdir."""
-  config, _, tokenizer = load_model_and_tokenizer(c.model, c.tokenizer_path, c.seed, mesh)
+  config, _, tokenizer = model_and_tokenizer(c, c.seed, mesh)
   with CheckpointPool(Path(c.workdir) / "checkpoints", read_only=True) as pool:
     number = {"best": pool.best_step, "latest": pool.latest_step}.get(step, lambda: int(step))()
     if number is None:
@@ -129,8 +137,7 @@ class Run:
       raise ValueError(f"model.path: preset {c.model.preset!r} needs pretrained weights; pass "
                        f"--config.model.path=/path/to/hf_folder (random init is only for {RANDOM_INIT_PRESETS})")
     self.mesh = make_mesh(tuple(c.mesh_shape))
-    self.model, self.init_params, self.tokenizer = load_model_and_tokenizer(c.model, c.tokenizer_path,
-                                                                            base_seed(c), self.mesh)
+    self.model, self.init_params, self.tokenizer = model_and_tokenizer(c, base_seed(c), self.mesh)
     self.train_games, valid_games = data.env_tasks(c.env)
     self.panel = valid_games[:c.validation.num_tasks]
     n_train = c.grpo.tasks_per_iteration * c.grpo.group_size

@@ -10,6 +10,7 @@ together (server, client, observation formats): a fact that retrieval does not s
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Dict, List, Optional, Tuple
 
 from agentopd_jax.envs.search.formats import read_documents
@@ -27,7 +28,7 @@ class Oracle:
   def __init__(self, task: SearchTask, max_searches: int = 3):
     if task.plan is None:
       raise ValueError(f"task {task} has no plan; the oracle answers bundled questions only")
-    self.plan, self.max_searches = task.plan, max_searches
+    self.plan, self.max_searches, self.question = task.plan, max_searches, task.question
     self.values: List[Optional[str]] = []
     self.searches = 0
     self._attempt = 0  # searches for the current hop
@@ -38,9 +39,14 @@ class Oracle:
     return subject or (self.values[-1] or "")
 
   def _query(self) -> str:
+    """A query a policy that reads only the question and the passages can copy: the hop's subject as the question
+    writes it (NQ's questions are lower-case; BM25 ignores case), else as the passage it was read from does, plus
+    the relation's keywords on a hop's first search."""
     relation = self.plan.hops[len(self.values)][1]
     words = RELATIONS[relation].keywords if self._attempt == 0 else ""
-    return f"{self._subject()} {words}".strip()
+    subject = self._subject()
+    written = re.search(re.escape(subject), self.question, re.IGNORECASE) if subject else None
+    return f"{written.group(0) if written else subject} {words}".strip()
 
   def _read(self, observation: str) -> Optional[str]:
     subject, relation = self._subject(), self.plan.hops[len(self.values)][1]

@@ -55,14 +55,21 @@ class SearchText:
     return actions[0], valids[0]
 
   def demo_reply(self, action: str) -> str:
-    """How a demonstration step (a projected action) is written as a reply (SFT warm start)."""
+    """How a demonstration step (a projected action) is written as a reply (SFT warm start): with a space inside
+    each tag, as the prompts' own examples write them (`<search> query </search>`, `<answer> Beijing </answer>`).
+
+    Why the spaces: a byte-level BPE token carries its leading space ("Ġstotho" in the question, "stotho" right
+    after `<search>`), so an unspaced reply's first word is a different token from the one in the prompt, and a
+    model trained from scratch must learn that mapping name by name instead of copying. Projection strips them."""
+    tag = "search" if action.startswith("<search>") else "answer"
+    spaced = f"<{tag}> {action[len(tag) + 2:-(len(tag) + 3)]} </{tag}>"
     if self.compact:
-      return action
-    if action.startswith("<search>"):
+      return spaced
+    if tag == "search":
       thought = f"I need more information, so I will search for {action[len('<search>'):-len('</search>')]}."
     else:
       thought = "The retrieved information is enough to answer the question."
-    return f"<think>{thought}</think>\n{action}"
+    return f"<think>{thought}</think>\n{spaced}"
 
   def observe(self, action: str, observation: str, infos: Mapping) -> None:
     self.memory.store(observation, action)

@@ -1,4 +1,6 @@
-"""An oracle shopper: knows the goal's product and plans search -> (next pages) -> product -> options -> Buy Now.
+"""Two shoppers: an oracle that knows the goal's product, and a reader that acts only on what the pages show.
+
+`plan` (the oracle): search -> (next pages) -> the goal's product -> options -> Buy Now.
 
 Why an oracle and not a text-reading agent: demonstrations for the SFT warm start and an upper bound for the env
 need purchases that score 1.0, quickly and deterministically. The plan still looks like a good agent's: it first
@@ -6,6 +8,13 @@ searches with the product's instruction (the goal text without options and price
 top 50 for almost every goal, and only falls back to the product's title when it does not; it pages with `next >`
 and picks the goal's option values. A correct purchase can still score below 1.0 where WebShop's own option matching
 fails (see `reward.py`); no plan can win those goals.
+
+`top_result_plan` (the reader): the same first search, then the top result, the instruction's option values that
+product offers, Buy Now. Its episodes are the ones a text-only policy can imitate: the oracle's choice of product and
+of how many `next >` pages to turn follows from the goal's hidden ASIN, which no page shows, so a policy cloned from
+it learns to click a product at random (docs/results.md, WebShop). The reader wins about a quarter of the goals
+(its top result is often a different product than the goal's, and some of those still score 1.0); the wins are its
+demonstrations.
 """
 from __future__ import annotations
 
@@ -49,3 +58,21 @@ def plan(shop: Shop, goal: Union[int, Mapping], max_steps: Optional[int] = MAX_S
       if max_steps is None or len(actions) <= max_steps:
         return actions
   return None
+
+
+def top_result_plan(shop: Shop, goal: Union[int, Mapping], max_steps: Optional[int] = MAX_STEPS) -> Optional[List[str]]:
+  """Actions that buy the top result of the instruction's search with the instruction's option values it offers;
+  None if the search finds nothing."""
+  goal = goal if isinstance(goal, Mapping) else shop.goals[int(goal)]
+  query = _queries(shop, goal)[0]
+  hits = shop.engine.search(query.split(" "), random.Random(0))
+  if not hits:
+    return None
+  product = hits[0]
+  if isinstance(goal["goal_options"], Mapping):
+    offered = {v for values in product["options"].values() for v in values}
+    options = [f"click[{v}]" for v in goal["goal_options"].values() if v in offered]
+  else:
+    options = _option_clicks(product, goal["goal_options"])
+  actions = [f"search[{query}]", f"click[{product['asin'].lower()}]", *options, "click[buy now]"]
+  return actions if max_steps is None or len(actions) <= max_steps else None

@@ -3,7 +3,8 @@ with its 13,000-character fallback, action projection and the 15-step episode li
 
 The verl-agent pieces live in `envs.verl_agent` (shared with ALFWorld and Search) and are re-exported here, not
 copied, so there is one byte-exact copy of each template. Added here: a compact template for tiny models (no
-<think> block, one action per line without quotes), with its projection that does not require <think>.
+<think> block, one action per line without quotes, a history of actions only), with its projection that does not
+require <think>.
 """
 from __future__ import annotations
 
@@ -38,8 +39,11 @@ Actions:
 Reply with one action inside <action> </action> tags.
 """
 
+# Its history lists the last actions without the pages they were taken on: a results page is ~200 tokens, and
+# repeating it made the item-page prompts of the CPU default twice as long, while what the policy needs from its past
+# (the query it searched, the options it already chose) is in the actions.
 WEBSHOP_COMPACT_TEMPLATE = """Task: {task_description}
-Last {history_length} of {step_count} step(s): {action_history}
+Last {history_length} of {step_count} action(s): {action_history}
 Step {current_step} observation: {current_observation}
 Actions:
 {available_actions}
@@ -56,7 +60,8 @@ def format_compact_actions(available: Mapping) -> str:
 def render(observation: str, available: Mapping, task: str, memory, history_length: int = 2,
            compact: bool = False, flavor: str = "verl-agent", max_chars: int = MAX_PROMPT_CHARS) -> str:
   """The prompt for the current step: verl-agent's (see `render_webshop`) or the compact one, which follows the
-  same rules (no-history template on the first step or with history_length <= 0, fallback past `max_chars`)."""
+  same rules (no-history template on the first step or with history_length <= 0, fallback past `max_chars`) with the
+  last `history_length` actions as its history."""
   if not compact:
     return render_webshop(observation, available, task, memory, history_length, max_chars, flavor)
   actions = format_compact_actions(available)
@@ -64,7 +69,9 @@ def render(observation: str, available: Mapping, task: str, memory, history_leng
                                                  available_actions=actions)
   if history_length <= 0 or len(memory) == 0:
     return short
-  history, shown = memory.fetch(history_length)
+  taken = [action for _, action in memory.records]
+  shown = min(history_length, len(taken))
+  history = ", ".join(taken[len(taken) - shown:])
   prompt = WEBSHOP_COMPACT_TEMPLATE.format(task_description=task, history_length=shown, step_count=len(memory),
                                            action_history=history, current_step=len(memory) + 1,
                                            current_observation=observation, available_actions=actions)

@@ -4,15 +4,19 @@ interface (`agentopd_jax.rollout.text_envs`), so the rollout engine drives WebSh
 What verl-agent's WebShop env manager does, per episode: the task is the reset page's instruction; every page is
 shown reformatted (`'field' [SEP] 'field'` after the instruction), which is also what the history stores; the
 admissible actions come from `infos['available_actions']`; the reward is 10 only for a purchase scoring 1.0.
+`reward="score"` pays 10 x WebShop's own graded score instead (the reward the WebShop paper's RL agent trains on):
+a purchase that matches the goal in part earns in part, so GRPO's groups differ even when no episode is perfect.
 """
 from __future__ import annotations
 
 from typing import Mapping, Tuple
 
 from agentopd_jax.envs import verl_agent
+from agentopd_jax.envs.verl_agent.rewards import WIN_REWARD
 from agentopd_jax.envs.webshop import prompts
 
 _NO_ACTIONS = {"has_search_bar": False, "clickables": []}
+REWARDS = ("success", "score")  # verl-agent's 10 iff the purchase scores 1.0; 10 x the purchase's score
 
 
 class WebshopText:
@@ -21,7 +25,10 @@ class WebshopText:
   name = "webshop"
 
   def __init__(self, history_length: int = 2, compact: bool = False, flavor: str = "verl-agent",
-               invalid_penalty: float = verl_agent.INVALID_ACTION_PENALTY_COEF["webshop"]):
+               invalid_penalty: float = verl_agent.INVALID_ACTION_PENALTY_COEF["webshop"], reward: str = "success"):
+    if reward not in REWARDS:
+      raise ValueError(f"env.reward must be one of {REWARDS} for WebShop, got {reward!r}")
+    self.reward_kind = reward
     self.history_length = history_length
     self.compact = compact
     self.flavor = flavor
@@ -57,9 +64,11 @@ class WebshopText:
     self.memory.store(self.observation, action)
     self._show(observation, infos)
 
-  @staticmethod
-  def reward(score: float, done: bool, infos: Mapping) -> Tuple[float, bool]:
-    return verl_agent.webshop_reward(score, done)
+  def reward(self, score: float, done: bool, infos: Mapping) -> Tuple[float, bool]:
+    reward, won = verl_agent.webshop_reward(score, done)
+    if self.reward_kind == "score":
+      reward = WIN_REWARD * score if done else 0.0
+    return reward, won
 
   def _show(self, observation: str, infos: Mapping) -> None:
     self.observation = prompts.webshop_observation(observation, self.task)
