@@ -32,10 +32,12 @@ def _queries(shop: Shop, goal: Mapping) -> List[str]:
 
 
 def _option_clicks(product: Mapping, goal_options) -> List[str]:
-  """The product's option values to click: a synthetic goal names them; for a human goal's free-text values, per
-  option the value matching one best (if above WebShop's threshold)."""
+  """The product's option values to click: those a synthetic goal names that the product offers (all of them for the
+  goal's own product); for a human goal's free-text values, per option the value matching one best (if above
+  WebShop's threshold)."""
   if isinstance(goal_options, Mapping):
-    return [f"click[{v}]" for v in goal_options.values()]
+    offered = {v for values in product["options"].values() for v in values}
+    return [f"click[{v}]" for v in goal_options.values() if v in offered]
   clicks = []
   for values in product["options"].values():
     scored = [(max((reward.token_set_ratio(reward.normalize_color(v), reward.normalize_color(g))
@@ -69,10 +71,6 @@ def top_result_plan(shop: Shop, goal: Union[int, Mapping], max_steps: Optional[i
   if not hits:
     return None
   product = hits[0]
-  if isinstance(goal["goal_options"], Mapping):
-    offered = {v for values in product["options"].values() for v in values}
-    options = [f"click[{v}]" for v in goal["goal_options"].values() if v in offered]
-  else:
-    options = _option_clicks(product, goal["goal_options"])
-  actions = [f"search[{query}]", f"click[{product['asin'].lower()}]", *options, "click[buy now]"]
+  actions = [f"search[{query}]", f"click[{product['asin'].lower()}]", *_option_clicks(product, goal["goal_options"]),
+             "click[buy now]"]
   return actions if max_steps is None or len(actions) <= max_steps else None
