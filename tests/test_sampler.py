@@ -1,4 +1,5 @@
-"""KV-cache sampler: multi-turn continuation equals re-prefilling, log-probs equal the scorer's, clear errors."""
+"""KV-cache sampler: multi-turn continuation equals re-prefilling, log-probs equal the scorer's, padded prompts with
+a mask equal unpadded ones, clear errors."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -161,3 +162,41 @@ def test_input_validation(params):
     sampler.continue_generation(params, out.state, [[3], []], jax.random.key(0), SamplingParams())
   with pytest.raises(ValueError, match="need the Sampler to be built with a tokenizer"):
     Sampler(CONFIG).generate(params, [[1]], jax.random.key(0), SamplingParams(stop_strings=("</action>",)))
+
+
+def test_padded_prompts_with_a_mask_equal_the_unpadded_prompts(params):
+  # A left-padded batch (one row also right-padded) and its mask: pads never reach the cache and positions count
+  # from the first real token, so tokens and log-probs are the unpadded rows', also after a padded continuation.
+  prompts = [[5, 6, 7, 8, 9, 10], [11, 12], [13, 14, 15]]
+  pad = 0
+  padded = np.array([[5, 6, 7, 8, 9, 10, pad], [pad, pad, pad, pad, 11, 12, pad], [pad, pad, pad, 13, 14, 15, pad]])
+  mask = np.array([[1] * 6 + [0], [0] * 4 + [1, 1, 0], [0, 0, 0, 1, 1, 1, 0]])
+  obs = [[21, 22], [23], [24, 25, 26]]
+  obs_padded, obs_mask = np.array([[0, 21, 22], [0, 0, 23], [24, 25, 26]]), np.array([[0, 1, 1], [0, 0, 1], [1, 1, 1]])
+  sampling = SamplingParams(max_new_tokens=16, temperature=1.0, top_k=50)
+  sampler = Sampler(CONFIG, pad_id=pad)
+  plain = sampler.generate(params, prompts, jax.random.key(3), sampling, cache_size=64)
+  masked = sampler.generate(params, padded, jax.random.key(3), sampling, cache_size=64, prompt_mask=mask)
+  turns = [(plain, masked), (sampler.continue_generation(params, plain.state, obs, jax.random.key(4), sampling),
+                             sampler.continue_generation(params, masked.state, obs_padded, jax.random.key(4), sampling,
+                                                         new_tokens_mask=obs_mask))]
+  for a, b in turns:
+    np.testing.assert_array_equal(b.tokens, a.tokens)
+    np.testing.assert_array_equal(b.lengths, a.lengths)
+    np.testing.assert_allclose(b.logprobs, a.logprobs, atol=1e-6)
+    np.testing.assert_allclose(b.policy_logprobs, a.policy_logprobs, atol=1e-6)
+  # Without the mask the pads are prompt tokens, and the same rows decode differently.
+  unmasked = sampler.generate(params, padded, jax.random.key(3), sampling, cache_size=64)
+  assert not np.allclose(unmasked.policy_logprobs[1:], plain.policy_logprobs[1:])
+
+
+def test_prompt_mask_validation(params):
+  sampler = Sampler(CONFIG)
+  with pytest.raises(ValueError, match="holes"):
+    sampler.generate(params, [[1, 2, 3]], jax.random.key(0), SamplingParams(), prompt_mask=[[1, 0, 1]])
+  with pytest.raises(ValueError, match="mask of shape"):
+    sampler.generate(params, [[1, 2, 3]], jax.random.key(0), SamplingParams(), prompt_mask=[[1, 1]])
+  with pytest.raises(ValueError, match="mask of 2 rows"):
+    sampler.generate(params, [[1, 2, 3]], jax.random.key(0), SamplingParams(), prompt_mask=[[1, 1, 1], [1]])
+  with pytest.raises(ValueError, match="at least one token"):
+    sampler.generate(params, [[1, 2], [3, 4]], jax.random.key(0), SamplingParams(), prompt_mask=[[0, 1], [0, 0]])

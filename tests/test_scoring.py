@@ -1,4 +1,5 @@
-"""Fused scoring step: equals separate forward passes, privileged-context alignment, top-k gather, gradients."""
+"""Fused scoring step: equals separate forward passes, privileged-context alignment, top-k gather, gradients,
+no target scored from padding or another packed sequence, gaps without gradient."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -196,3 +197,80 @@ def test_branches_switch_off_and_errors(three_params, batch):
     ScoreConfig(teacher="other")
   with pytest.raises(ValueError, match="top_k"):
     ScoreConfig(policy=False)
+
+
+def _policy_lp(policy, tokens, seg, mask, **batch_kw):
+  fn = make_score_fn(CONFIG, ScoreConfig(reference=False, top_k=0, entropy=False, vocab_chunk=CHUNK))
+  out = fn(policy, None, None, ScoreBatch(tokens=jnp.asarray(tokens), segment_ids=jnp.asarray(seg),
+                                          loss_mask=jnp.asarray(mask, jnp.float32), **batch_kw))
+  return np.asarray(out.policy_logprobs)
+
+
+def test_left_padding_never_scores_the_first_token_from_a_pad(three_params):
+  # Loss mask = attention mask, as a left-padded tokenizer batch gives it: the first real token has no prediction.
+  policy = three_params[0]
+  rows = [[7, 8, 9, 10, 11, 12], [13, 14, 15]]
+  width = 8
+  tokens, seg = np.zeros((2, width), np.int32), np.zeros((2, width), np.int32)
+  for b, r in enumerate(rows):
+    tokens[b, width - len(r):], seg[b, width - len(r):] = r, 1
+  got = _policy_lp(policy, tokens, seg, seg)
+  for b, r in enumerate(rows):
+    alone = _policy_lp(policy, [r], np.ones((1, len(r))), np.ones((1, len(r))))[0]
+    assert alone[0] == 0.0
+    np.testing.assert_allclose(got[b, width - len(r):], alone, atol=1e-5)
+    assert np.all(got[b, :width - len(r)] == 0)
+
+
+def test_packed_rows_never_score_across_a_segment_boundary(three_params):
+  # Two sequences packed in one row, every token in the loss mask: the second one's first token is not predicted
+  # by the first sequence's last state, and each sequence scores as it does alone.
+  policy = three_params[0]
+  a, b = [21, 22, 23, 24], [31, 32, 33]
+  tokens = np.array([a + b + [0]], np.int32)
+  seg = np.array([[1] * len(a) + [2] * len(b) + [0]], np.int32)
+  got = _policy_lp(policy, tokens, seg, np.ones_like(seg))[0]
+  for start, r in ((0, a), (len(a), b)):
+    alone = _policy_lp(policy, [r], np.ones((1, len(r))), np.ones((1, len(r))))[0]
+    np.testing.assert_allclose(got[start:start + len(r)], alone, atol=1e-5)
+  assert got[len(a)] == 0.0 and got[-1] == 0.0
+
+
+def test_context_teacher_never_scores_from_a_teacher_pad(three_params):
+  # The teacher side follows the same rule: an index at the teacher's first real token (after left padding), at a
+  # packed teacher sequence's start or past the end zeroes that target's teacher outputs and gap, nothing else.
+  policy = three_params[0]
+  student = [5, 6, 7, 8, 9, 10]
+  t_tokens = np.array([[0, 0, 6, 7, 8, 8, 9]], np.int32)
+  t_seg = np.array([[0, 0, 1, 1, 2, 2, 2]], np.int32)
+  # 6 right after the pads, 8 at the second packed sequence's start, 10 past the end; 7 and 9 are predicted.
+  index = np.array([[0, 2, 3, 4, 6, 7]], np.int32)
+  mask = np.array([[0, 1, 1, 1, 1, 1]], np.float32)
+  batch = ScoreBatch(tokens=jnp.asarray([student]), segment_ids=jnp.ones((1, 6), jnp.int32),
+                     loss_mask=jnp.asarray(mask), teacher_tokens=jnp.asarray(t_tokens),
+                     teacher_segment_ids=jnp.asarray(t_seg), teacher_index=jnp.asarray(index))
+  out = make_score_fn(CONFIG, ScoreConfig(reference=False, teacher="context", top_k=4, vocab_chunk=CHUNK))(
+      policy, None, None, batch)
+  teacher, gap = np.asarray(out.teacher_logprobs)[0], np.asarray(out.teacher_gap)[0]
+  np.testing.assert_array_equal(teacher[[1, 3, 5]], 0.0)
+  np.testing.assert_array_equal(gap[[1, 3, 5]], 0.0)
+  np.testing.assert_array_equal(np.asarray(out.teacher_topk_logprobs)[0, [1, 3, 5]], 0.0)
+  assert np.all(teacher[[2, 4]] != 0) and np.all(np.asarray(out.policy_logprobs)[0, 1:] != 0)
+  # Token 7 at teacher position 3 is predicted by its own sequence's state at 2, exactly like a direct forward.
+  _, direct = _full_logprobs(policy, jnp.asarray(t_tokens[:, 2:4]), jnp.ones((1, 2), jnp.int32))
+  np.testing.assert_allclose(teacher[2], direct[0, 1], atol=1e-5)
+
+
+def test_gaps_carry_no_gradient(three_params, batch):
+  # SDAR's gate σ(β·Δ) and OPID's advantage Δ treat the gap as a constant; the policy log-prob keeps its gradient.
+  policy, reference, teacher = three_params
+  cfg = ScoreConfig(teacher="params", top_k=0, entropy=False, vocab_chunk=CHUNK)
+
+  def gated_and_plain(p):
+    s = score(CONFIG, cfg, p, reference, teacher, batch)
+    gated = jax.nn.sigmoid(2.0 * s.teacher_gap) + s.reference_gap
+    return jnp.stack([gated.sum(), (s.teacher_logprobs - s.policy_logprobs).sum()])
+
+  jac = jax.tree.leaves(jax.jacrev(gated_and_plain)(policy))   # one compile, a [2, ...] gradient per leaf
+  assert all(float(jnp.abs(g[0]).max()) == 0.0 for g in jac)
+  assert max(float(jnp.abs(g[1]).max()) for g in jac) > 0.0

@@ -1,16 +1,25 @@
 """One jitted scoring step: policy, reference and teacher per-token log-probs of the same tokens, at once.
 
 Token convention: everything is indexed by the *target* position. `logprobs[b, t]` is log p(tokens[b, t] |
-tokens[b, :t]) for t >= 1; position 0 has no prediction and is always 0. Outputs are zero outside `loss_mask`.
+tokens[b, :t]) for t >= 1. A target is scored only where `loss_mask` is on and it has a prediction from its own
+sequence: segment_ids[t-1] == segment_ids[t] != 0. So position 0, the first real token after left padding and the
+first token of each packed sequence are never scored from a padding slot or from the previous sequence, whatever
+the loss mask says. Outputs are zero on targets that are not scored.
 
 Teacher modes:
   * "params":  another parameter pytree (e.g. a checkpoint teacher) on the student's own tokens.
   * "context": the *policy's* parameters on a different sequence, `teacher_tokens`, e.g. the prompt with a skill
     inserted before the response (privileged context). `teacher_index[b, t]` is the position in `teacher_tokens`
     of the token that equals `tokens[b, t]`, for every loss position; the teacher's hidden state one position
-    earlier is aligned to the student's, so all statistics are computed exactly as for the other modes.
+    earlier is aligned to the student's, so all statistics are computed exactly as for the other modes. The same
+    rule holds on the teacher side: where `teacher_index` points at a teacher position with no prediction from its
+    own sequence (position 0, after padding, the start of a packed sequence, or out of range) the teacher outputs
+    and `teacher_gap` are zero; the policy and reference outputs do not depend on the teacher branch.
 
-Teacher and reference outputs are stop-gradient; policy outputs carry gradients (use inside a loss).
+Policy outputs carry gradients (use inside a loss). Teacher and reference outputs are stop-gradient, and so are
+the gaps: they are signals that weight or gate a loss (SDAR's gate σ(β·Δ), OPID's advantage Δ) and must not pull
+the policy themselves. A loss that needs the gradient through the policy log-prob (the KL penalty) computes it
+from `policy_logprobs`.
 """
 from __future__ import annotations
 
@@ -51,7 +60,7 @@ class ScoreConfig:
 class ScoreBatch:
   tokens: jnp.ndarray                              # [B, T] int32
   segment_ids: jnp.ndarray                         # [B, T] int32, 0 = padding, >0 = sequence id (packing)
-  loss_mask: jnp.ndarray                           # [B, T] which target tokens are scored
+  loss_mask: jnp.ndarray                           # [B, T] which target tokens to score (see the module rule)
   positions: Optional[jnp.ndarray] = None          # [B, T]; default: restart at 0 per segment
   teacher_tokens: Optional[jnp.ndarray] = None     # [B, Tt] ("context" mode)
   teacher_segment_ids: Optional[jnp.ndarray] = None
@@ -61,7 +70,7 @@ class ScoreBatch:
 
 @chex.dataclass
 class Scores:
-  """All [B, T] (or [B, T, k]); zero outside the loss mask. Absent branches are None."""
+  """All [B, T] (or [B, T, k]); zero on targets that are not scored (module docstring). Absent branches are None."""
   policy_logprobs: Optional[jnp.ndarray] = None
   policy_entropy: Optional[jnp.ndarray] = None
   policy_topk_ids: Optional[jnp.ndarray] = None
@@ -69,13 +78,22 @@ class Scores:
   reference_logprobs: Optional[jnp.ndarray] = None
   teacher_logprobs: Optional[jnp.ndarray] = None
   teacher_topk_logprobs: Optional[jnp.ndarray] = None   # teacher log-probs at the policy's top-k ids
-  teacher_gap: Optional[jnp.ndarray] = None              # teacher - policy log-prob of the sampled token
-  reference_gap: Optional[jnp.ndarray] = None            # reference - policy log-prob of the sampled token
+  teacher_gap: Optional[jnp.ndarray] = None              # sg[teacher - policy log-prob of the sampled token]
+  reference_gap: Optional[jnp.ndarray] = None            # sg[reference - policy log-prob of the sampled token]
 
 
 def _shift_in(x: jnp.ndarray) -> jnp.ndarray:
   """[B, T-1, ...] predictions for targets 1..T-1 -> [B, T, ...] with a zero row for target 0."""
   return jnp.concatenate([jnp.zeros_like(x[:, :1]), x], axis=1)
+
+
+def _predicted(segment_ids: jnp.ndarray) -> jnp.ndarray:
+  """[B, T] bool: target t is predicted from its own sequence, segment_ids[t-1] == segment_ids[t] != 0.
+
+  The state at t-1 of a padding slot or of another packed sequence says nothing about token t.
+  """
+  seg = segment_ids
+  return _shift_in((seg[:, 1:] == seg[:, :-1]) & (seg[:, 1:] != 0))
 
 
 def score(config: ModelConfig, score_config: ScoreConfig, policy_params, reference_params, teacher_params,
@@ -87,15 +105,15 @@ def score(config: ModelConfig, score_config: ScoreConfig, policy_params, referen
   tokens = batch.tokens
   targets = tokens[:, 1:]
   # An indicator, not the mask's values: a weighted loss mask applies its weights once, in the loss aggregation.
-  mask = (batch.loss_mask > 0).astype(jnp.float32).at[:, 0].set(0.0)
+  mask = ((batch.loss_mask > 0) & _predicted(batch.segment_ids)).astype(jnp.float32)
   stats_kw = dict(chunk=sc.vocab_chunk, temperature=sc.temperature, compute_dtype=config.compute_dtype)
 
   def hidden_of(params, toks, seg, pos):
     h, _ = transformer.forward(config, params, toks, pos, seg)
     return h
 
-  def masked(x):
-    return x * (mask[..., None] if x.ndim == 3 else mask)
+  def masked(x, m=mask):
+    return x * (m[..., None] if x.ndim == 3 else m)
 
   out = Scores()
   policy_lp = None
@@ -120,13 +138,14 @@ def score(config: ModelConfig, score_config: ScoreConfig, policy_params, referen
     st = token_stats(h[:, :-1], transformer.unembed_weight(config, reference_params), targets, **stats_kw)
     out.reference_logprobs = jax.lax.stop_gradient(masked(_shift_in(st.logprobs)))
     if policy_lp is not None:
-      out.reference_gap = out.reference_logprobs - policy_lp
+      out.reference_gap = jax.lax.stop_gradient(out.reference_logprobs - policy_lp)
 
   if sc.teacher != "none":
     if sc.teacher == "params":
       if teacher_params is None:
         raise ValueError("ScoreConfig.teacher='params' but no teacher params were given")
       t_params = teacher_params
+      t_mask = mask
       h = hidden_of(t_params, tokens, batch.segment_ids, batch.positions)[:, :-1]
     else:
       if batch.teacher_tokens is None or batch.teacher_index is None:
@@ -137,15 +156,20 @@ def score(config: ModelConfig, score_config: ScoreConfig, policy_params, referen
         t_seg = jnp.ones_like(batch.teacher_tokens)
       h_full = hidden_of(t_params, batch.teacher_tokens, t_seg, batch.teacher_positions)
       # The teacher state that predicts teacher_tokens[idx] sits at idx - 1.
-      src = jnp.clip(batch.teacher_index[:, 1:] - 1, 0, h_full.shape[1] - 1)
+      idx = batch.teacher_index
+      t_len = batch.teacher_tokens.shape[1]
+      src = jnp.clip(idx[:, 1:] - 1, 0, t_len - 1)
       h = jnp.take_along_axis(h_full, src[..., None], axis=1)
+      # A negative index clips to 0, which is never predicted; one past the end must be caught explicitly.
+      t_ok = (idx < t_len) & jnp.take_along_axis(_predicted(t_seg), jnp.clip(idx, 0, t_len - 1), axis=1)
+      t_mask = mask * t_ok
     st = token_stats(h, transformer.unembed_weight(config, t_params), targets,
                      gather_ids=None if topk_ids is None else topk_ids[:, 1:], **stats_kw)
-    out.teacher_logprobs = jax.lax.stop_gradient(masked(_shift_in(st.logprobs)))
+    out.teacher_logprobs = jax.lax.stop_gradient(masked(_shift_in(st.logprobs), t_mask))
     if topk_ids is not None:
-      out.teacher_topk_logprobs = jax.lax.stop_gradient(masked(_shift_in(st.gathered_logprobs)))
+      out.teacher_topk_logprobs = jax.lax.stop_gradient(masked(_shift_in(st.gathered_logprobs), t_mask))
     if policy_lp is not None:
-      out.teacher_gap = out.teacher_logprobs - policy_lp
+      out.teacher_gap = jax.lax.stop_gradient(masked(out.teacher_logprobs - policy_lp, t_mask))
   return out
 
 
