@@ -3,13 +3,13 @@ import pytest
 
 pytest.importorskip("rapidfuzz")
 
+from agentopd_jax.envs.webshop.fuzzy import VERSIONS, token_set_ratio  # noqa: E402
 from agentopd_jax.envs.webshop.reward import (  # noqa: E402
     attribute_matches,
     get_reward,
     normalize_color,
     option_matches,
-    title_nouns,
-    token_set_ratio,
+    standin_nouns,
     type_reward,
 )
 
@@ -55,8 +55,10 @@ def test_normalize_color(value, expected):
     ("grey", "gray", 75),
     ("", "x", 0),
 ])
-def test_token_set_ratio_is_thefuzz(a, b, score):
-  assert token_set_ratio(a, b) == score == token_set_ratio(b, a)
+@pytest.mark.parametrize("version", VERSIONS)
+def test_token_set_ratio_is_thefuzz(a, b, score, version):
+  """Pairs both thefuzz versions score alike (test_webshop_fuzzy.py has those they do not)."""
+  assert token_set_ratio(a, b, version) == score == token_set_ratio(b, a, version)
 
 
 def test_option_matches_webshop_examples():
@@ -89,10 +91,10 @@ def test_attribute_matches_fuzzy_then_text():
 
 
 def test_title_nouns_stand_in():
-  assert title_nouns("Foo Bar Hair Extension 20 inch") == ["foo", "bar", "hair", "extension", "inch"]
-  assert title_nouns("Soft Natural Clip-In Hair Extensions for Women's Long") == [
+  assert standin_nouns("Foo Bar Hair Extension 20 inch") == ["foo", "bar", "hair", "extension", "inch"]
+  assert standin_nouns("Soft Natural Clip-In Hair Extensions for Women's Long") == [
       "clip", "hair", "extensions", "women"]
-  assert title_nouns("The Best 100% Soft") == []
+  assert standin_nouns("The Best 100% Soft") == []
 
 
 @pytest.mark.parametrize("product,goal,r_type,score", [
@@ -110,7 +112,7 @@ def test_title_nouns_stand_in():
     (_product(query="q", product_category="A › B"), _goal(name="The Best"), 0.5, 0.2),
 ])
 def test_type_reward_rules(product, goal, r_type, score):
-  kind = type_reward(product, goal)
+  kind = type_reward(product, goal, nouns="stand-in")
   assert (kind.r_type, kind.title_score) == (r_type, pytest.approx(score))
 
 

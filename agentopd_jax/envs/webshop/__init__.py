@@ -12,6 +12,7 @@ search, the text pages and the exact purchase reward, plus verl-agent's prompts 
 
 Modules: vocab (what products are made of), catalog (generation, real-file loading, WebShop's product processing),
 goals (goal texts, price limits, splits, verl-agent's goal sampling), search (BM25), pages (page texts and
-clickables), reward (WebShop's score), env, expert, prompts (verl-agent's WebShop templates and projection), text.
+clickables), fuzzy (thefuzz's token-set ratio in its two versions), reward (WebShop's score), env, expert, prompts
+(verl-agent's WebShop templates and projection), text.
 Nothing is imported here, so `text` and `prompts` load without the search and fuzzy-matching packages.
 """

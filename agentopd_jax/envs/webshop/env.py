@@ -7,7 +7,8 @@ The site logic is `WebAgentTextEnv.step` + `SimServer.receive` (research notes Â
   * `click[x]` needs x among the current page's clickables and x != 'search'. Buy Now ends the episode with the
     score; Back to Search returns to the start page; Next/Prev move through the 50 results, 10 a page (Next is
     offered even past the last page); < Prev goes from a sub-page to the item page and from the item page back to
-    the results; an ASIN opens the item page; an option value records `options[name] = value`.
+    the results; an ASIN opens the item page; an option value records `options[name] = value`. The clicked text
+    is matched against those button names first, so a button wins over an option value of the same text.
   * anything else (no `name[arg]` shape, unknown name, not clickable) changes nothing and scores 0.
 The score is WebShop's raw reward in [0, 1], on the Buy Now step only; `infos` carry verl-agent's keys:
 `available_actions` ({'has_search_bar', 'clickables'}), `won` (done with score 1.0) and `task_score` (the score).
@@ -24,11 +25,14 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Tuple, Union
 
-from agentopd_jax.envs.webshop import catalog, goals, pages, reward, search
+from agentopd_jax.envs.webshop import catalog, fuzzy, goals, pages, reward, search
 from agentopd_jax.envs.webshop.prompts import MAX_STEPS
 
 PRODUCT_WINDOW = 10
 _ACTION = re.compile(r"(.+)\[(.+)\]")
+_BUY_NOW, _BACK_TO_SEARCH, _NEXT_PAGE, _PREV_PAGE = (
+    label.lower() for label in (pages.BUY_NOW, pages.BACK_TO_SEARCH, pages.NEXT_PAGE, pages.PREV_PAGE))
+_SUB_PAGES = {label.lower(): label for label in (*pages.SUB_PAGES, pages.ATTRIBUTES)}  # ACTION_TO_TEMPLATE's keys
 
 
 @dataclass(frozen=True)
@@ -66,13 +70,17 @@ def parse_action(action: str) -> Tuple[str, Optional[str]]:
 
 class WebshopEnv:
   """One WebShop session at a time. Shop arguments as in `build_shop`; `max_steps=None` never cuts an episode.
+  The purchase score matches fuzzily as thefuzz version `thefuzz` does ("0.19": WebShop's pin, verl-agent's env;
+  "0.20": thefuzz >= 0.20) and takes r_type's nouns from `nouns` ("auto", "spacy" or "stand-in"); see `reward`.
 
   `reset(goal)` takes a goal index into `shop.goals` (verl-agent's session index) or a goal dict of the same shape.
   """
 
   def __init__(self, num_products: int = 1000, catalog_seed: int = 0,
                goal_seed: Optional[int] = goals.VERL_AGENT_SEED, data_dir: Optional[str] = None, small: bool = True,
-               human_goals: bool = False, max_steps: Optional[int] = MAX_STEPS):
+               human_goals: bool = False, max_steps: Optional[int] = MAX_STEPS, thefuzz: str = "0.19",
+               nouns: str = "auto"):
+    self.thefuzz, self.nouns = fuzzy.check_version(thefuzz), reward.check_nouns(nouns)
     self.shop = build_shop(num_products, catalog_seed, goal_seed, data_dir, small, human_goals)
     self.max_steps = max_steps
     self.goal: Optional[dict] = None
@@ -107,28 +115,31 @@ class WebshopEnv:
     if name == "search" and arg:
       self._search(arg.split(" "), 1)
     elif name == "click" and arg in self.page.clickables and arg != "search":
-      return self._click(self.page.clickables[arg])
+      return self._click(arg)
     return 0.0
 
-  def _click(self, click: pages.Click) -> float:
-    kind, label = self.page.kind, click.target
-    if click.kind == "product":
-      self.asin = label
-      self._item()
-    elif click.kind == "option":
-      self.options[click.option] = label
-      self._item()
-    elif label == pages.BUY_NOW:
+  def _click(self, name: str) -> float:
+    """`SimServer.receive`: the clicked text picks the action before the clickable it maps to does, so a button
+    wins over an option value of the same text (an option `buy now` buys, `description` opens the description)."""
+    kind = self.page.kind
+    if name == _BUY_NOW:
       return self._buy()
-    elif label == pages.BACK_TO_SEARCH:
+    if name == _BACK_TO_SEARCH:
       self._start()
-    elif label in (pages.NEXT_PAGE, pages.PREV_PAGE) and kind == "results":
-      self._search(self.keywords, self.page_number + (1 if label == pages.NEXT_PAGE else -1))
-    elif label == pages.PREV_PAGE and kind == "item":
+    elif name in (_NEXT_PAGE, _PREV_PAGE) and kind == "results":
+      self._search(self.keywords, self.page_number + (1 if name == _NEXT_PAGE else -1))
+    elif name == _PREV_PAGE and kind in _SUB_PAGES:
+      self._item()
+    elif name == _PREV_PAGE and kind == "item":
       self._search(self.keywords, self.page_number)
-    elif label in pages.SUB_PAGES:
-      self.page = pages.sub_page(self.goal["instruction_text"], self._product(), label)
-    else:  # < Prev on a sub-page
+    elif name in _SUB_PAGES:
+      self.page = pages.sub_page(self.goal["instruction_text"], self._product(), _SUB_PAGES[name])
+    else:  # a product link opens its item page; an option value is recorded under its option's name
+      click = self.page.clickables[name]
+      if click.kind == "product":
+        self.asin = click.target
+      else:
+        self.options[click.option] = click.target
       self._item()
     return 0.0
 
@@ -149,7 +160,8 @@ class WebshopEnv:
     self.page = pages.item_page(self.goal["instruction_text"], self._product())
 
   def _buy(self) -> float:
-    score = reward.get_reward(self._product(), self.goal, self.shop.prices[self.asin], self.options).total
+    score = reward.get_reward(self._product(), self.goal, self.shop.prices[self.asin], self.options, self.thefuzz,
+                              self.nouns).total
     self.page = pages.done_page(self.asin, self.options, score)
     self.done = True
     return score

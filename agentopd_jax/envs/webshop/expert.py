@@ -21,7 +21,7 @@ from __future__ import annotations
 import random
 from typing import List, Mapping, Optional, Union
 
-from agentopd_jax.envs.webshop import reward
+from agentopd_jax.envs.webshop import fuzzy, reward
 from agentopd_jax.envs.webshop.env import MAX_STEPS, PRODUCT_WINDOW, Shop
 
 
@@ -40,7 +40,7 @@ def _option_clicks(product: Mapping, goal_options) -> List[str]:
     return [f"click[{v}]" for v in goal_options.values() if v in offered]
   clicks = []
   for values in product["options"].values():
-    scored = [(max((reward.token_set_ratio(reward.normalize_color(v), reward.normalize_color(g))
+    scored = [(max((fuzzy.token_set_ratio(reward.normalize_color(v), reward.normalize_color(g))
                     for g in goal_options), default=0), v) for v in values]
     best = max(scored, default=(0, None), key=lambda s: s[0])
     if best[0] > reward.MATCH_THRESHOLD:

@@ -2,9 +2,10 @@
 `convert_html_to_text(simple=True)` of its Jinja templates), plus the clickables `get_available_actions` finds.
 
 Reproduced from renderings of the real templates (research notes §3.3 and Appendix B) instead of rendering HTML:
-each page is the list of its visible strings, stripped, empty ones left out (an empty string is no text node).
-Clickables map lower-cased button texts and product ASINs, then option values, to what they click; like the
-real dict, a later option value equal to an earlier key replaces it in place.
+each page is the list of its text nodes, each as its template writes it around the value, kept as bs4 keeps them
+(`_text`). Clickables map lower-cased button texts and product ASINs, then option values, to what they click; like
+the real dict, a later option value equal to an earlier key replaces it in place (the env still dispatches on the
+clicked text, so a button wins over an option value that shadows it).
 """
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from typing import Dict, Iterable, List, Mapping, Sequence
 
 SEP = " [SEP] "
 BACK_TO_SEARCH, PREV_PAGE, NEXT_PAGE, BUY_NOW = "Back to Search", "< Prev", "Next >", "Buy Now"
-SUB_PAGES = ("Description", "Features", "Reviews")  # item-page buttons opening a sub-page (no Attributes button)
+SUB_PAGES = ("Description", "Features", "Reviews")  # item-page buttons opening a sub-page
+ATTRIBUTES = "Attributes"  # a sub-page without a button (show_attrs is off): only an option value "attributes" opens it
+_ASCII_SPACES = " \n\t\f\r"  # bs4's BeautifulSoup.ASCII_SPACES
 
 
 @dataclass(frozen=True)
@@ -40,8 +43,15 @@ class Page:
     return {"has_search_bar": self.has_search_bar, "clickables": list(self.clickables)}
 
 
-def _text(fields: Iterable[str]) -> str:
-  return SEP.join(s for s in (str(f).strip() for f in fields) if s)
+def _text(nodes: Iterable) -> str:
+  """`convert_html_to_text(simple=True)` of the page's text nodes: each stripped, joined by ' [SEP] '. An empty value
+  makes no node; bs4 turns a node of ASCII whitespace only into '\n' when it holds a newline (the join skips '\n')
+  and into ' ' otherwise, which stays as an empty slot; so does any other node that strips to nothing."""
+  kept = []
+  for node in map(str, nodes):
+    if node and not ("\n" in node and not node.strip(_ASCII_SPACES)):
+      kept.append(node.strip())
+  return SEP.join(kept)
 
 
 def _buttons(labels: Iterable[str]) -> Dict[str, Click]:
@@ -78,9 +88,16 @@ def item_page(instruction: str, product: Mapping) -> Page:
 
 
 def sub_page(instruction: str, product: Mapping, which: str) -> Page:
-  """Description (its text), Features (one field per bullet point) or Reviews (empty: reviews are never loaded)."""
-  content: List[str] = {"Description": [product["Description"]], "Features": list(product["BulletPoints"]),
-                        "Reviews": []}[which]
+  """Description (its text), Features (one node per bullet point), Reviews (empty: reviews are never loaded) or
+  Attributes (one node per attribute, then category, query and product category). The templates write a space
+  before each bullet point and attribute, so an empty one is an empty slot."""
+  content: List[str] = {
+      "Description": [product["Description"]],
+      "Features": [f" {b}" for b in product["BulletPoints"]],
+      "Reviews": [],
+      ATTRIBUTES: [*(f" {a}" for a in product["Attributes"]), product["category"], product["query"],
+                   product["product_category"]],
+  }[which]
   return Page(which.lower(), _text(["Instruction:", instruction, BACK_TO_SEARCH, PREV_PAGE, *content]),
               _buttons([BACK_TO_SEARCH, PREV_PAGE]))
 

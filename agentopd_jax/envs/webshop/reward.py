@@ -4,26 +4,25 @@
 
 Why the quirks are kept: they decide which purchases score 1.0 (the only ones verl-agent rewards), so a policy
 trained here meets the same target as on the real site.
-  * Fuzzy matching is thefuzz's `token_set_ratio` (rapidfuzz underneath): both sides `str()`-ed, code points
-    128-255 deleted, non-alphanumerics turned into spaces, lower-cased, then the score rounded to an int; a match
-    needs > 85. WebShop pins thefuzz 0.19, whose pure-Python ratio can differ from rapidfuzz by a point on a few
-    pairs; the token-set logic, and so every example in the notes, is the same.
+  * Fuzzy matching is thefuzz's `token_set_ratio` of WebShop's pinned thefuzz 0.19 by default (`fuzzy.py`; 0.20+ on
+    request): a match needs > 85.
   * A synthetic goal's options are `(name, value)` tuples. `normalize_color` tests `color in value`, which for a
     tuple means "an element equals a colour", and fuzz stringifies the tuple, so its name joins the tokens:
     purchased "large" vs goal ("size", "x-large") scores 100, "x-large" vs ("size", "large") only 83.
   * `normalize_color` returns the first COLOR_SET entry that is a *substring*: "dark wash" -> "ash", "blueberry"
     -> "blue", which then no longer matches the goal's tokens; a correct purchase can score below 1.0.
-  * r_type compares nouns of the two product names. WebShop uses spaCy `en_core_web_sm` (NOUN/PROPN tokens), not
-    installable offline; `title_nouns` is our deterministic stand-in (see its docstring).
+  * r_type compares nouns of the two product names: spaCy `en_core_web_sm`'s NOUN/PROPN tokens, as WebShop, when
+    spaCy and that pipeline are installed; otherwise a deterministic stand-in (`title_nouns`).
 """
 from __future__ import annotations
 
+import functools
+import importlib.util
 import re
 from dataclasses import dataclass
 from typing import List, Mapping, Sequence
 
-from rapidfuzz import fuzz
-from rapidfuzz.utils import default_process
+from agentopd_jax.envs.webshop import fuzzy
 
 MATCH_THRESHOLD = 85  # a fuzzy match needs a score strictly above this
 
@@ -40,8 +39,6 @@ COLOR_SET = (
     "sunflower", "tan", "taupe", "teal", "tiger", "turquoise", "violet", "walnut", "wheat", "white", "wine", "yellow",
 )
 
-_LATIN1 = {i: None for i in range(128, 256)}
-
 
 def normalize_color(value):
   """The first COLOR_SET colour `in` value, else value unchanged (substring test for strings, element test for the
@@ -52,19 +49,13 @@ def normalize_color(value):
   return value
 
 
-def token_set_ratio(a, b) -> int:
-  """thefuzz `fuzz.token_set_ratio(a, b)` (force_ascii and full_process on), as an int in [0, 100]."""
-  pa, pb = (default_process(str(s).translate(_LATIN1)) for s in (a, b))
-  return int(round(fuzz.token_set_ratio(pa, pb)))
-
-
-def attribute_matches(product: Mapping, goal_attributes: Sequence[str]) -> int:
-  """Goal attributes found among the product's attributes (fuzzy) or, failing that, as substrings of its
-  lower-cased title, joined bullet points or description."""
+def attribute_matches(product: Mapping, goal_attributes: Sequence[str], thefuzz: str = "0.19") -> int:
+  """Goal attributes found among the product's attributes (fuzzy, `fuzzy.token_set_ratio` of thefuzz version
+  `thefuzz`) or, failing that, as substrings of its lower-cased title, joined bullet points or description."""
   texts = (product["Title"].lower(), " ".join(product["BulletPoints"]).lower(), product["Description"].lower())
   count = 0
   for g_attr in goal_attributes:
-    if any(token_set_ratio(p_attr, g_attr) > MATCH_THRESHOLD for p_attr in product["Attributes"]):
+    if any(fuzzy.token_set_ratio(p_attr, g_attr, thefuzz) > MATCH_THRESHOLD for p_attr in product["Attributes"]):
       count += 1
     elif any(g_attr in text for text in texts):
       count += 1
@@ -77,17 +68,46 @@ def goal_option_list(goal_options) -> List:
   return list(goal_options.items()) if isinstance(goal_options, Mapping) else list(goal_options)
 
 
-def option_matches(purchased_options: Mapping[str, str], goal_options) -> int:
+def option_matches(purchased_options: Mapping[str, str], goal_options, thefuzz: str = "0.19") -> int:
   """Goal options matched (> 85) by any chosen option value, both sides through `normalize_color`."""
   chosen = [normalize_color(v) for v in purchased_options.values()]
   wanted = [normalize_color(g) for g in goal_option_list(goal_options)]
-  return sum(any(token_set_ratio(p, g) > MATCH_THRESHOLD for p in chosen) for g in wanted)
+  return sum(any(fuzzy.token_set_ratio(p, g, thefuzz) > MATCH_THRESHOLD for p in chosen) for g in wanted)
 
 
-# Stand-in for spaCy's NOUN/PROPN filter on product names. Product titles are mostly nouns and brand names
-# (which spaCy tags NOUN/PROPN); what it drops are function words, numbers and descriptive adjectives. So: keep
-# alphabetic tokens of 2+ letters (spaCy splits "clip-in" and "men's" the same way) that are neither function words
-# nor common product adjectives. Deterministic and dependency-free; it over-counts rare adjectives as nouns.
+NOUN_TAGGERS = ("auto", "spacy", "stand-in")
+SPACY_PIPELINE = "en_core_web_sm"  # what WebShop's goal.py loads
+_NOUN_TAGS = ("NOUN", "PROPN")  # goal.py also lists "PNOUN", a tag no spaCy pipeline assigns
+
+
+def check_nouns(nouns: str) -> str:
+  if nouns not in NOUN_TAGGERS:
+    raise ValueError(f"nouns must be one of {NOUN_TAGGERS} (auto: spaCy {SPACY_PIPELINE} when installed, else the "
+                     f"stand-in), got {nouns!r}")
+  return nouns
+
+
+@functools.lru_cache(maxsize=None)
+def english_pipeline():
+  """`spacy.load("en_core_web_sm")`, once per process, or None when that pipeline package is not installed (spaCy
+  itself is then not imported)."""
+  if importlib.util.find_spec(SPACY_PIPELINE) is None:
+    return None
+  import spacy
+
+  return spacy.load(SPACY_PIPELINE)
+
+
+def spacy_nouns(nlp, name: str) -> List[str]:
+  """goal.py's filter: the lower-cased text of the NOUN/PROPN tokens of `nlp(name)`."""
+  return [t.text.lower() for t in nlp(name) if t.pos_ in _NOUN_TAGS]
+
+
+# The stand-in for spaCy's NOUN/PROPN filter. Product titles are mostly nouns and brand names (which spaCy tags
+# NOUN/PROPN); what it drops are function words, numbers and descriptive adjectives. So: keep alphabetic tokens of 2+
+# letters (spaCy splits "clip-in" and "men's" the same way) that are neither function words nor common product
+# adjectives. It cannot see what spaCy sees in a title-cased name: a capitalised adjective ("Classic", "Natural") is
+# often tagged PROPN and then counts; here it never does. Agreement with spaCy: docs/webshop.md.
 _FUNCTION_WORDS = frozenset("""
 a about above after all also an and any are as at be because been but by can could did do does each for from had has
 have he her his how i if in into is it its just may me more most my no nor not of off on once only or other our out
@@ -106,10 +126,22 @@ stylish super sweet tall thick thin tiny universal vintage warm waterproof white
 _WORD = re.compile(r"[a-z]+")
 
 
-def title_nouns(name: str) -> List[str]:
-  """Lower-cased 'noun' tokens of a product name (stand-in for spaCy `en_core_web_sm`, see above)."""
+def standin_nouns(name: str) -> List[str]:
+  """Lower-cased 'noun' tokens of a product name by the stand-in's rule (above)."""
   return [t for t in _WORD.findall(name.lower())
           if len(t) > 1 and t not in _FUNCTION_WORDS and t not in _ADJECTIVES]
+
+
+def title_nouns(name: str, nouns: str = "auto") -> List[str]:
+  """The nouns r_type compares: spaCy's (`spacy_nouns` of `english_pipeline()`) for `nouns="spacy"`, which needs the
+  pipeline, and for "auto" when it is installed; the stand-in's for "stand-in", and for "auto" without it."""
+  nlp = None if check_nouns(nouns) == "stand-in" else english_pipeline()
+  if nlp is not None:
+    return spacy_nouns(nlp, name)
+  if nouns == "spacy":
+    raise ValueError(f"nouns='spacy' needs spaCy and its {SPACY_PIPELINE} pipeline installed "
+                     f"(python -m spacy download {SPACY_PIPELINE}); nouns='auto' falls back to the stand-in")
+  return standin_nouns(name)
 
 
 @dataclass(frozen=True)
@@ -120,13 +152,14 @@ class TypeMatch:
   title_score: float
 
 
-def type_reward(product: Mapping, goal: Mapping) -> TypeMatch:
+def type_reward(product: Mapping, goal: Mapping, nouns: str = "auto") -> TypeMatch:
   """Whether the purchase is the right kind of product: same scrape query, >= 2 shared category levels, or shared
-  title nouns. 1.0 if any holds; 0.5 if none; then 0.1 if under 10% of the goal's nouns are shared, 0.0 if none."""
+  title nouns (`title_nouns(..., nouns)`). 1.0 if any holds; 0.5 if none; then 0.1 if under 10% of the goal's nouns
+  are shared, 0.0 if none."""
   query_match = product["query"] == goal["query"]
   levels = [{x.strip() for x in p["product_category"].split("›")} for p in (product, goal)]
   category_match = len(levels[0] & levels[1]) >= 2
-  bought, wanted = title_nouns(product["name"]), title_nouns(goal["name"])
+  bought, wanted = title_nouns(product["name"], nouns), title_nouns(goal["name"], nouns)
   title_score = len(set(bought) & set(wanted)) / len(wanted) if wanted else 0.2
   r_type = 1.0
   if not (query_match or category_match or title_score > 0.2):
@@ -148,11 +181,13 @@ class Reward:
   price_ok: bool
 
 
-def get_reward(product: Mapping, goal: Mapping, price: float, options: Mapping[str, str]) -> Reward:
-  """Score of buying `product` at `price` with `options` chosen, for `goal`."""
-  kind = type_reward(product, goal)
+def get_reward(product: Mapping, goal: Mapping, price: float, options: Mapping[str, str], thefuzz: str = "0.19",
+               nouns: str = "auto") -> Reward:
+  """Score of buying `product` at `price` with `options` chosen, for `goal`; fuzzy matching as thefuzz version
+  `thefuzz` (`fuzzy.VERSIONS`), r_type's nouns by `nouns` (`NOUN_TAGGERS`)."""
+  kind = type_reward(product, goal, nouns)
   price_ok = price <= goal["price_upper"]
-  n_attr = attribute_matches(product, goal["attributes"])
-  n_opt = option_matches(options, goal["goal_options"])
+  n_attr = attribute_matches(product, goal["attributes"], thefuzz)
+  n_opt = option_matches(options, goal["goal_options"], thefuzz)
   total = (n_attr + n_opt + price_ok) / (len(goal["attributes"]) + len(goal["goal_options"]) + 1)
   return Reward(total * kind.r_type, kind, n_attr, n_opt, price_ok)
