@@ -34,7 +34,7 @@ def test_verl_agent_rules(url):
   env = SearchEnv(search_url=url)
   obs, infos = env.reset(TASK)
   assert obs == TASK.question and infos == {"won": False, "question": TASK.question, "data_source": "nq",
-                                            "tool_calls": 0, "turns": 0, "action": ""}
+                                            "tool_calls": 0, "turns": 0, "action": "", "subem": 0.0}
   obs, score, done, infos = env.step("<search>Foia Haesson born</search>")
   assert obs.startswith('<information>{"result": "Doc 1: \\"Foia Haesson\\"\\nFoia Haesson Foia Haesson (born 1964)')
   assert obs.endswith('\\n"}</information>') and (score, done, infos["tool_calls"]) == (0.0, False, 1)
@@ -55,6 +55,27 @@ def test_verl_agent_turn_limit_and_wrong_answer(url):
   assert (obs, score, done, infos["tool_calls"], infos["won"]) == ("", 0.0, True, 3, False)
   env.reset(TASK)
   assert env.step("<think>hm</think><answer>1965</answer>")[1:3] == (0.0, True)
+
+
+@pytest.mark.parametrize("obs_format", ["verl-agent", "search-r1"])
+def test_subem_of_the_scored_answer(obs_format):
+  """Search-R1's sub-string EM beside the EM score: a golden answer inside a longer answer counts."""
+  env = SearchEnv(obs_format=obs_format)
+  env.reset(TASK)
+  assert env.step("<search>Foia Haesson born</search>")[3]["subem"] == 0.0
+  _, score, done, infos = env.step("<answer>born in 1964, in Sisary</answer>")
+  assert (score, done, infos["subem"], infos["won"]) == (0.0, True, 1.0, False)
+  env.reset(TASK)
+  assert env.step("<answer>1965</answer>")[3]["subem"] == 0.0
+  env.reset(TASK)
+  assert env.step("<answer>1964</answer>")[3]["subem"] == 1.0
+
+
+def test_subem_at_the_turn_limit_judges_the_last_answer_in_the_history():
+  env = SearchEnv(max_turns=2)
+  env.reset(TASK)
+  env.step("<search>Foia Haesson</search>")
+  assert env.step("<search>x</search>")[3]["subem"] == 0.0  # no answer at all
 
 
 def test_verl_agent_search_error_becomes_an_observation():

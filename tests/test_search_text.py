@@ -54,6 +54,17 @@ def test_search_r1_whole_sequence_scoring():
   assert scoring.compute_score_em("<answer>beijing</answer>", {"target": ["beijing"]}) == 0.0
 
 
+def test_search_r1_substring_em_scoring():
+  """qa_em.py's compute_score_subem: the same extraction, `subem_check` instead of `em_check`."""
+  sequence = prompts.make_prefix("capital of france") + "<answer> It is Paris, France. </answer>"
+  assert scoring.compute_score_em(sequence, {"target": ["paris"]}) == 0.0
+  assert scoring.compute_score_subem(sequence, {"target": ["paris"]}) == 1.0
+  assert scoring.compute_score_subem(sequence, {"target": "rome"}, format_score=0.1) == 0.1
+  assert scoring.compute_score_subem("<answer>Paris</answer>", {"target": ["paris"]}) == 0.0  # one match: None
+  assert scoring.last_answer("<answer> a </answer> x <answer> b </answer>") == "b"
+  assert scoring.last_answer("none") is None
+
+
 # ------------------------------------------------------------------------------------------ prompts
 SEARCH_R1_PREFIX_EXPECTED = (
     "Answer the given question. You must conduct reasoning inside <think> and </think> first every time you get new "

@@ -12,7 +12,8 @@ its text side and an oracle.
   prompts      Search-R1's prefix, verl-agent's search templates, our compact one
   env          SearchEnv: reset(task) / step(action) (vector-env interface)
   text         SearchText: prompts, projection and rewards for the rollout (TextEnv interface)
-  scoring      Search-R1's EM scoring (normalize_answer, extract_solution, compute_score_em, subem_check)
+  scoring      Search-R1's EM scoring (normalize_answer, extract_solution, compute_score_em) and sub-string EM
+               (subem_check, compute_score_subem)
   oracle       a policy that answers bundled questions through retrieval
   export       writes corpus.jsonl + train/test files;  tfds_builder: a TFDS (array_record) builder, TFDS imported
                only there

@@ -14,7 +14,7 @@
                 an unparsable action gets Search-R1's invalid-action message.
 `action` may be a raw response or a projected action (`<search>q</search>`, `<answer>a</answer>`, ""): both parse
 the same. infos: `won`, `question`, `data_source`, `tool_calls` (searches run), `turns`, `action` (search, answer
-or invalid).
+or invalid) and `subem`, Search-R1's sub-string EM of the answer the score judged (0.0 until the episode ends).
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ import re
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from agentopd_jax.envs.search import formats
+from agentopd_jax.envs.search.scoring import last_answer, subem_check
 from agentopd_jax.envs.search.client import RetrievalClient, RetrievalError
 from agentopd_jax.envs.search.tasks import SearchTask, task_from_row
 from agentopd_jax.envs.verl_agent.rewards import exact_match, search_reward
@@ -59,11 +60,12 @@ class SearchEnv:
     self.task: Optional[SearchTask] = None
     self._history: List[str] = []
     self._turns = self._tool_calls = 0
+    self._subem = 0.0
     self._done = True
 
   def reset(self, task: Union[SearchTask, Mapping[str, Any]]) -> Tuple[str, Dict[str, Any]]:
     self.task = task if isinstance(task, SearchTask) else task_from_row(task)
-    self._history, self._turns, self._tool_calls, self._done = [], 0, 0, False
+    self._history, self._turns, self._tool_calls, self._subem, self._done = [], 0, 0, 0.0, False
     return self.task.question, self._infos(False, "")
 
   def step(self, action: str) -> Tuple[str, float, bool, Dict[str, Any]]:
@@ -86,7 +88,10 @@ class SearchEnv:
     self._history.append(action)
     answered = "<answer>" in action and "</answer>" in action
     if answered or self._turns >= self.max_turns:
-      reward, _ = search_reward("\n".join(self._history), self.task.golden_answers, done=True)
+      history = "\n".join(self._history)
+      reward, _ = search_reward(history, self.task.golden_answers, done=True)
+      answer = last_answer(history)
+      self._subem = subem_check(answer, self.task.golden_answers) if answer is not None else 0.0
       return "", reward, True, "answer" if answered else "search" if "<search>" in action else "invalid"
     found = _SEARCH_BLOCK.search(action)
     if found is None:
@@ -103,6 +108,7 @@ class SearchEnv:
     kind, content = formats.search_r1_parse(action)
     final = self._turns > self.max_turns  # the last generation, after max_turns search rounds
     if kind == "answer":
+      self._subem = subem_check(content, self.task.golden_answers)
       return "", exact_match(content, self.task.golden_answers), True, "answer"
     if kind == "search":
       hits = [] if final else self._search(content)  # Search-R1 does not search on the final turn
@@ -111,4 +117,4 @@ class SearchEnv:
 
   def _infos(self, won: bool, kind: str) -> Dict[str, Any]:
     return {"won": bool(won), "question": self.task.question, "data_source": self.task.data_source,
-            "tool_calls": self._tool_calls, "turns": self._turns, "action": kind}
+            "tool_calls": self._tool_calls, "turns": self._turns, "action": kind, "subem": self._subem}
