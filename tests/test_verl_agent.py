@@ -519,13 +519,15 @@ def test_webshop_and_search_metrics():
                          EpisodeRecord(None, False, 0.0, 15, 12, task_score=0.5)], prefix="val/")
   assert web["val/webshop_task_score (not success_rate)"] == 0.75 and web["val/success_rate"] == 0.5
   assert not any("tool_call" in k for k in web)
-  search = episode_metrics([EpisodeRecord(None, True, 1.0, 2, 2, data_source="nq", tool_calls=1),
-                            EpisodeRecord(None, False, 0.0, 4, 3, data_source="hotpotqa", tool_calls=3),
-                            EpisodeRecord(None, True, 1.0, 3, 3, data_source="nq", tool_calls=2)])
+  search = episode_metrics([EpisodeRecord(None, True, 1.0, 2, 2, data_source="nq", tool_calls=1, subem=1.0),
+                            EpisodeRecord(None, False, 0.0, 4, 3, data_source="hotpotqa", tool_calls=3, subem=1.0),
+                            EpisodeRecord(None, True, 1.0, 3, 3, data_source="nq", tool_calls=2, subem=1.0)])
   assert search["nq_success_rate"] == 1.0 and search["hotpotqa_success_rate"] == 0.0
   assert search["tool_call_count/mean"] == 2.0
   assert search["nq/tool_call_count/mean"] == 1.5 and search["hotpotqa/tool_call_count/mean"] == 3.0
   assert search["valid_action_ratio"] == pytest.approx(8 / 9)
+  assert search["subem"] == 1.0 and search["hotpotqa_subem"] == 1.0 and search["success_rate"] == pytest.approx(2 / 3)
+  assert not any("subem" in k for k in web)
 
 
 def test_metrics_reject_bad_input():

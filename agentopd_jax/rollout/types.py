@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional
 LAYOUTS = ("step", "trajectory")
 # Env infos an episode keeps (their latest values) for env-specific metrics: WebShop's raw purchase score, a search
 # question's data source and the number of searches it made.
-EPISODE_INFO_KEYS = ("task_score", "data_source", "tool_calls")
+EPISODE_INFO_KEYS = ("task_score", "data_source", "tool_calls", "subem")
 
 
 @dataclasses.dataclass

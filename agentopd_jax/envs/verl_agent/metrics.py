@@ -21,7 +21,8 @@ WEBSHOP_SCORE_KEY = "webshop_task_score (not success_rate)"  # sic: verl-agent's
 class EpisodeRecord:
   """One finished episode. `reward` sums env rewards over its active steps; `length` counts those steps and
   `valid_actions` the ones whose projected action was valid. Optional fields add env-specific metrics:
-  ALFWorld `gamefile`, WebShop `task_score` (raw score in [0, 1]), Search `data_source` and `tool_calls`.
+  ALFWorld `gamefile`, WebShop `task_score` (raw score in [0, 1]), Search `data_source`, `tool_calls` and `subem`
+  (Search-R1's sub-string EM of the final answer, reported beside EM, which is `won`).
   """
   gamefile: str | None
   won: bool
@@ -31,6 +32,7 @@ class EpisodeRecord:
   task_score: float | None = None
   data_source: str | None = None
   tool_calls: int | None = None
+  subem: float | None = None
 
   def __post_init__(self):
     if self.length < 1 or not 0 <= self.valid_actions <= self.length:
@@ -57,7 +59,8 @@ def episode_metrics(episodes: Sequence[EpisodeRecord], prefix: str = "") -> dict
   """Aggregate finished episodes into verl-agent's metrics.
 
   `valid_action_ratio` is over steps, not episodes (verl-agent averages the flag over all step samples), so long
-  episodes weigh more. Tool-call means appear only when every episode reports `tool_calls`.
+  episodes weigh more. Tool-call means and sub-string EM (`subem`, `<source>_subem`) appear only when every episode
+  reports them.
   """
   if not episodes:
     raise ValueError("episode_metrics needs at least one episode")
@@ -72,4 +75,8 @@ def episode_metrics(episodes: Sequence[EpisodeRecord], prefix: str = "") -> dict
     out["tool_call_count/mean"] = fmean(e.tool_calls for e in episodes)
     for source in sorted({e.data_source for e in episodes if e.data_source}):
       out[f"{source}/tool_call_count/mean"] = fmean(e.tool_calls for e in episodes if e.data_source == source)
+  if all(e.subem is not None for e in episodes):
+    out["subem"] = fmean(e.subem for e in episodes)
+    for source in sorted({e.data_source for e in episodes if e.data_source}):
+      out[f"{source}_subem"] = fmean(e.subem for e in episodes if e.data_source == source)
   return {prefix + k: float(v) for k, v in out.items()}
