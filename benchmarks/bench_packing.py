@@ -45,17 +45,18 @@ def demonstration_steps(n: int):
   from configs import alfworld
   from agentopd_jax.models.tokenizer import builtin_tokenizer
   from agentopd_jax.rollout.demonstrations import demonstration_samples
-  from agentopd_jax.training import data, trainer
+  from agentopd_jax.envs import registry
+  from agentopd_jax.training import trainer
 
   c = alfworld.get_config()
-  games, _ = data.env_tasks(c.env)
+  games, _ = registry.get(c.env.name).tasks(c.env)
   chat = trainer.chat_format(c, builtin_tokenizer())
   samples, used = [], 0
   while len(samples) < n:
     batch = games[used:used + 16]
     used += len(batch)
     samples += demonstration_samples(trainer.demonstration_env(c), trainer.text_env_factory(c), chat, batch,
-                                     data.expert_policy(c.env, c.sft.expert), c.rollout.layout)
+                                     registry.get(c.env.name).expert_policy(c.env, c.sft.expert), c.rollout.layout)
   return samples[:n]
 
 

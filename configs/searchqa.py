@@ -29,6 +29,7 @@ def _cpu():
   c.rollout.max_response_tokens = 32
   c.sft.steps = 1000                   # 330 steps leave the warm start at ~2 % (docs/results.md)
   c.sft.demos = 2000                   # every training question once
+  c.sft.expert = "oracle"              # the oracle searcher (search-QA's one expert)
   c.validation.num_tasks = 128         # 256 episodes, ~1 min: at ~14 % success, 48 x 2 cannot tell a lift from noise
   return c
 

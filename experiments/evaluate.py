@@ -18,7 +18,7 @@ from ml_collections import config_flags
 from agentopd_jax.eval.report import evaluation_summary, write_report
 from agentopd_jax.eval.validate import validate
 from agentopd_jax.parallel.sharding import make_mesh
-from agentopd_jax.training import data
+from agentopd_jax.envs import registry
 from agentopd_jax.training.logging import configure_cli_logging
 from agentopd_jax.training.trainer import (
   checkpoint_policy,
@@ -55,7 +55,7 @@ def main(argv):
   mesh = make_mesh(tuple(c.mesh_shape))
   config, params, tokenizer, label = _params(c, mesh)
   attempts = _ATTEMPTS.value or c.validation.attempts
-  _, valid_games = data.env_tasks(c.env)
+  _, valid_games = registry.get(c.env.name).tasks(c.env)
   panel = valid_games[:c.validation.num_tasks]
   engine = rollout_engine(c, config, tokenizer, mesh, len(panel) * attempts)
   traces = [] if _TRACES.value else None

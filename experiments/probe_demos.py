@@ -16,7 +16,7 @@ from ml_collections import config_flags
 from agentopd_jax.eval.probe import demo_accuracy
 from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.rollout.demonstrations import demonstration_samples
-from agentopd_jax.training import data
+from agentopd_jax.envs import registry
 from agentopd_jax.training.logging import configure_cli_logging
 from agentopd_jax.training.trainer import chat_format, checkpoint_policy, demonstration_env, text_env_factory
 
@@ -31,10 +31,10 @@ def main(argv):
   c = _CONFIG.value
   mesh = make_mesh(tuple(c.mesh_shape))
   config, params, tokenizer, step = checkpoint_policy(c, _STEP.value, mesh)
-  _, valid_games = data.env_tasks(c.env)
+  _, valid_games = registry.get(c.env.name).tasks(c.env)
   demos = demonstration_samples(demonstration_env(c), text_env_factory(c),
                                 chat_format(c, tokenizer), valid_games[:_GAMES.value],
-                                data.expert_policy(c.env, c.sft.expert), layout="step")
+                                registry.get(c.env.name).expert_policy(c.env, c.sft.expert), layout="step")
   print(json.dumps({"workdir": c.workdir, "step": step, "expert": c.sft.expert,
                     "decisions": demo_accuracy(config, params, demos, tokenizer)}, indent=2))
 

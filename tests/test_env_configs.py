@@ -11,11 +11,11 @@ import pytest
 pytest.importorskip("bm25s")
 pytest.importorskip("rapidfuzz")
 
+from agentopd_jax.envs import registry  # noqa: E402
 from agentopd_jax.envs.webshop.env import build_shop  # noqa: E402
 from agentopd_jax.envs.webshop.expert import plan, top_result_plan  # noqa: E402
 from agentopd_jax.objectives.registry import LossConfig  # noqa: E402
 from agentopd_jax.rollout.engine import RolloutConfig  # noqa: E402
-from agentopd_jax.training import data  # noqa: E402
 from agentopd_jax.training.checkpoints import CheckpointPool  # noqa: E402
 from agentopd_jax.training.logging import read_metrics  # noqa: E402
 from agentopd_jax.training.train_step import OptimConfig  # noqa: E402
@@ -54,20 +54,24 @@ def test_paper_settings():
     assert c.sft.steps == 0 and not c.env.compact_prompt and c.loss.kl_coef == 0.01
 
 
+def _tasks(c):
+  return registry.get(c.env.name).tasks(c.env)
+
+
 def test_task_pools_follow_the_benchmarks_splits():
-  train, valid = data.env_tasks(_config("webshop").env)
+  train, valid = _tasks(_config("webshop"))
   assert valid == list(range(500)) and train[0] == 500  # verl-agent: test goals [0, 500), training the rest
-  train, valid = data.env_tasks(_config("searchqa", "qwen2p5_3b").env)
+  train, valid = _tasks(_config("searchqa", "qwen2p5_3b"))
   assert not {str(t) for t in train} & {str(t) for t in valid}
   assert len({t.data_source for t in valid[:48]}) >= 5  # the shuffled panel mixes the test sources
-  _, in_domain = data.env_tasks(_config("searchqa").env)  # the CPU default: the two sources it trains on
+  _, in_domain = _tasks(_config("searchqa"))  # the CPU default: the two sources it trains on
   assert {t.data_source for t in in_domain} == {"nq", "hotpotqa"} and len(in_domain) == 400
   bad = _config("searchqa")
   bad.env.valid_sources = ("nq", "webquestions")
   with pytest.raises(ValueError, match=r"env.valid_sources.*webquestions"):
-    data.env_tasks(bad.env)
+    registry.get(bad.env.name).tasks(bad.env)
   with pytest.raises(ValueError, match="env.name"):
-    data.env_tasks(type("E", (), {"name": "minecraft"})())
+    registry.get("minecraft")
 
 
 def test_builtin_tokenizer_learns_each_envs_own_text():
@@ -76,24 +80,24 @@ def test_builtin_tokenizer_learns_each_envs_own_text():
   webshop, search = _config("webshop"), _config("searchqa")
   assert webshop.builtin_tokenizer.env_corpus and search.builtin_tokenizer.env_corpus
   assert not _config("webshop", "qwen2p5_3b").builtin_tokenizer.env_corpus
-  texts, words = data.tokenizer_corpus(webshop.env)
+  texts, words = registry.get("webshop").tokenizer_corpus(webshop.env)
   shop_asins = set(build_shop().products)
   assert set(words) == shop_asins | {a.lower() for a in shop_asins}
   assert next(iter(build_shop().products.values()))["Title"] in texts
-  texts, words = data.tokenizer_corpus(search.env)
-  train, valid = data.env_tasks(search.env)
+  texts, words = registry.get("search").tokenizer_corpus(search.env)
+  train, valid = registry.get(search.env.name).tasks(search.env)
   assert words == [] and train[0].question in texts and not {t.question for t in valid} & set(texts)
-  assert data.tokenizer_corpus(type("E", (), {"name": "alfworld"})()) == ([], [])
+  assert registry.get("alfworld").tokenizer_corpus(_config("alfworld").env) == ([], [])
 
 
 def test_webshop_warm_start_imitates_the_top_result_shopper():
   c = _config("webshop")
   assert c.sft.expert == "top_result" and _config("webshop", "qwen2p5_3b").sft.expert == "oracle"
-  train, _ = data.env_tasks(c.env)
-  assert data.expert_policy(c.env, "top_result")(train[0]) == top_result_plan(build_shop(), train[0])
-  assert data.expert_policy(c.env, "oracle")(train[0]) == plan(build_shop(), train[0])
+  train, _ = registry.get(c.env.name).tasks(c.env)
+  assert registry.get("webshop").expert_policy(c.env, "top_result")(train[0]) == top_result_plan(build_shop(), train[0])
+  assert registry.get("webshop").expert_policy(c.env, "oracle")(train[0]) == plan(build_shop(), train[0])
   with pytest.raises(ValueError, match="sft.expert"):
-    data.expert_policy(c.env, "explorer")
+    registry.get("webshop").expert_policy(c.env, "explorer")
 
 
 def _cli(script, name, workdir, *extra):

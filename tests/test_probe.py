@@ -15,8 +15,8 @@ from agentopd_jax.models.tokenizer import builtin_tokenizer  # noqa: E402
 from agentopd_jax.rollout.batch import collate  # noqa: E402
 from agentopd_jax.rollout.chat import ChatFormat  # noqa: E402
 from agentopd_jax.rollout.demonstrations import demonstration_samples  # noqa: E402
-from agentopd_jax.rollout.text_envs import AlfworldText  # noqa: E402
-from agentopd_jax.training.data import expert_actions  # noqa: E402
+from agentopd_jax.envs.alfworld.text import AlfworldText  # noqa: E402
+from agentopd_jax.envs.alfworld.spec import expert_actions  # noqa: E402
 
 
 def test_demo_accuracy_matches_a_full_softmax_forward(tmp_path):

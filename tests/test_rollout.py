@@ -23,7 +23,8 @@ from agentopd_jax.rollout.batch import collate  # noqa: E402
 from agentopd_jax.rollout.chat import ChatFormat  # noqa: E402
 from agentopd_jax.rollout.demonstrations import demonstration_samples  # noqa: E402
 from agentopd_jax.rollout.engine import RolloutConfig, RolloutEngine  # noqa: E402
-from agentopd_jax.rollout.text_envs import AlfworldText, make_text_env  # noqa: E402
+from agentopd_jax.envs.alfworld.text import AlfworldText  # noqa: E402
+from agentopd_jax.rollout.text_envs import make_text_env  # noqa: E402
 from agentopd_jax.sampling.sampler import Sampler, SamplingParams  # noqa: E402
 from agentopd_jax.scoring.fused import ScoreConfig, make_score_fn  # noqa: E402
 
@@ -182,7 +183,7 @@ def test_a_rollout_whose_every_episode_failed_is_one_clear_error(setup):
 def test_unknown_layout_and_env_are_clear_errors():
   with pytest.raises(ValueError, match="rollout.layout"):
     RolloutConfig(layout="episode")
-  with pytest.raises(ValueError, match="unknown env"):
+  with pytest.raises(ValueError, match="env.name must be one of"):
     make_text_env("minecraft")
 
 

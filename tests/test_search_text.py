@@ -10,7 +10,7 @@ import pytest
 from agentopd_jax.envs.search import formats, prompts, scoring
 from agentopd_jax.envs.search.text import SearchText
 from agentopd_jax.envs.verl_agent import SearchMemory
-from agentopd_jax.rollout.text_envs import AlfworldText
+from agentopd_jax.envs.alfworld.text import AlfworldText
 
 HIT = {"document": {"id": "0", "contents": "\"Evan Morris\"\nEvan Morris Evan L. Morris (January 26, 1977 – ...)"},
        "score": 0.83}

@@ -10,7 +10,7 @@ from agentopd_jax.envs import verl_agent
 from agentopd_jax.envs.verl_agent.memory import SimpleMemory
 from agentopd_jax.envs.webshop import prompts
 from agentopd_jax.envs.webshop.text import WebshopText
-from agentopd_jax.rollout.text_envs import AlfworldText
+from agentopd_jax.envs.alfworld.text import AlfworldText
 
 TASK = "i need a long clip-in hair extension which is natural looking, and price lower than 40.00 dollars"
 RESET = f"WebShop [SEP] Instruction: [SEP] {TASK} [SEP] Search"

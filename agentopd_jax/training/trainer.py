@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from agentopd_jax.envs import registry
 from agentopd_jax.envs.vector import VectorEnv, group_tasks
 from agentopd_jax.envs.verl_agent.metrics import episode_metrics
 from agentopd_jax.eval.validate import episode_record, validate
@@ -58,16 +59,15 @@ def _mean_metrics(rows: List[Dict[str, float]]) -> Dict[str, float]:
 
 def text_env_factory(c):
   """A fresh `TextEnv` of the configured env and prompt per call (one per env instance)."""
-  options = {"reward": c.env.reward} if c.env.name == "webshop" else {}  # WebShop's reward kind (WebshopText)
   return functools.partial(make_text_env, c.env.name, history_length=c.env.history_length,
                            compact=c.env.compact_prompt, flavor=c.env.prompt_flavor,
-                           invalid_penalty=c.env.invalid_penalty, **options)
+                           invalid_penalty=c.env.invalid_penalty, **registry.get(c.env.name).text_options(c.env))
 
 
 def demonstration_env(c):
   """The in-process env expert demonstrations are replayed in: episodes that do not win within `sft.max_demo_steps`
   (default: the rollout horizon) are not imitated."""
-  return data.env_factory(c.env, c.sft.max_demo_steps or c.rollout.max_steps)()
+  return registry.get(c.env.name).worker(c.env, c.sft.max_demo_steps or c.rollout.max_steps)()
 
 
 def chat_format(c, tokenizer) -> ChatFormat:
@@ -76,7 +76,8 @@ def chat_format(c, tokenizer) -> ChatFormat:
 
 def rollout_engine(c, model, tokenizer, mesh, num_envs: int) -> RolloutEngine:
   """The configured env, prompts and sampler over `num_envs` env workers (close with `engine.env.close()`)."""
-  envs = VectorEnv(data.env_factory(c.env, c.rollout.max_steps), min(c.env.num_workers, num_envs), num_envs)
+  envs = VectorEnv(registry.get(c.env.name).worker(c.env, c.rollout.max_steps), min(c.env.num_workers, num_envs),
+                   num_envs)
   sampler = Sampler(model, tokenizer, pad_id=tokenizer.pad_token_id or 0, mesh=mesh)
   return RolloutEngine(sampler, tokenizer, envs, text_env_factory(c), config_dataclass(RolloutConfig, c.rollout),
                        chat_format(c, tokenizer))
@@ -111,7 +112,7 @@ def base_seed(c) -> int:
 def model_and_tokenizer(c, seed: int, mesh):
   """(model config, params, tokenizer) of the run config: `load_model_and_tokenizer` with the built-in tokenizer's
   settings, trained also on the env's own text when `builtin_tokenizer.env_corpus` is set."""
-  env_corpus = data.tokenizer_corpus(c.env) if c.builtin_tokenizer.env_corpus else None
+  env_corpus = registry.get(c.env.name).tokenizer_corpus(c.env) if c.builtin_tokenizer.env_corpus else None
   return load_model_and_tokenizer(c.model, c.tokenizer_path, seed, mesh, c.builtin_tokenizer.vocab_size, env_corpus)
 
 
@@ -138,7 +139,7 @@ class Run:
                        f"--config.model.path=/path/to/hf_folder (random init is only for {RANDOM_INIT_PRESETS})")
     self.mesh = make_mesh(tuple(c.mesh_shape))
     self.model, self.init_params, self.tokenizer = model_and_tokenizer(c, base_seed(c), self.mesh)
-    self.train_games, valid_games = data.env_tasks(c.env)
+    self.train_games, valid_games = registry.get(c.env.name).tasks(c.env)
     self.panel = valid_games[:c.validation.num_tasks]
     n_train = c.grpo.tasks_per_iteration * c.grpo.group_size
     self.train_engine = rollout_engine(c, self.model, self.tokenizer, self.mesh, n_train)
@@ -182,7 +183,7 @@ class Run:
     engine = self.train_engine
     demos = demonstration_samples(demonstration_env(c), engine.text_env_factory,
                                   engine.chat, self.train_games[:c.sft.demos],
-                                  data.expert_policy(c.env, c.sft.expert), c.rollout.layout,
+                                  registry.get(c.env.name).expert_policy(c.env, c.sft.expert), c.rollout.layout,
                                   mistake_rate=c.sft.mistake_rate, seed=base_seed(c))
     if c.sft.lr_schedule not in ("cosine", "constant"):
       raise ValueError(f"sft.lr_schedule must be 'cosine' or 'constant', got {c.sft.lr_schedule!r}")

@@ -1,0 +1,90 @@
+"""ALFWorld's run spec (`envs.registry`): game files as tasks, `AlfworldEnv` workers, `AlfworldText`, two experts.
+
+Tasks are game files: `env.data_root` (ours or the real download), or with none, games generated deterministically
+from `env.generate_seed` into the cache, so the default run needs no download and its task set is fixed across run
+seeds. The built-in tokenizer's default corpus already holds ALFWorld's names and commands, so it adds no corpus.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import zlib
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+from agentopd_jax.envs.alfworld.text import AlfworldText
+from agentopd_jax.envs.registry import EnvSpec, register
+
+
+def cache_dir() -> Path:
+  return Path(os.environ.get("AGENTOPD_CACHE", "~/.cache/agentopd_jax")).expanduser()
+
+
+def games(env_cfg) -> Tuple[List[str], List[str]]:
+  """(training games, validation games) of the configured splits and task types."""
+  from agentopd_jax.envs.alfworld import data, generator
+
+  root = env_cfg.data_root
+  if not root:
+    scene_numbers = tuple(env_cfg.generate_scenes) or None
+    distractors = tuple(env_cfg.generate_distractors)
+    seed, home_prob = env_cfg.generate_seed, env_cfg.generate_home_prob
+    # Fields added after the first release join the spec only when set, so existing caches keep their names.
+    spec = json.dumps([seed, env_cfg.train_split, env_cfg.generate_train, env_cfg.valid_split, env_cfg.generate_valid,
+                       sorted(env_cfg.task_types), scene_numbers]
+                      + ([list(distractors)] if distractors != generator.DISTRACTOR_TYPES else [])
+                      + ([home_prob] if home_prob else []))
+    root = str(cache_dir() / "alfworld_generated" / hashlib.sha1(spec.encode()).hexdigest()[:12])
+    done = Path(root) / "COMPLETE"
+    if not done.exists():  # the marker is written last, so an interrupted generation is redone, not half-used
+      generator.generate(root, {env_cfg.train_split: env_cfg.generate_train,
+                                env_cfg.valid_split: env_cfg.generate_valid}, seed=seed,
+                         task_types=tuple(env_cfg.task_types), scene_numbers=scene_numbers,
+                         distractor_types=distractors, home_prob=home_prob)
+      done.write_text(spec + "\n")
+  elif not os.path.isdir(root):
+    raise FileNotFoundError(f"env.data_root: no such folder {root}")
+  train = data.game_files(env_cfg.train_split, root, env_cfg.task_types)
+  valid = data.game_files(env_cfg.valid_split, root, env_cfg.task_types)
+  for split, files in ((env_cfg.train_split, train), (env_cfg.valid_split, valid)):
+    if not files:
+      raise ValueError(f"env: no {split} games of task types {tuple(env_cfg.task_types)} under {root}")
+  return train, valid
+
+
+EXPERTS = ("explorer", "planner")
+
+
+def expert_actions(gamefile: str, expert: str = "planner") -> List[str]:
+  """Demonstration actions for a game.
+
+  "explorer" (`explore_then_solve`): searches until the object is in view, so a text-only policy can imitate it.
+  "planner": the stored walkthrough (the privileged planner's plan: it walks straight to the hidden object).
+  """
+  from agentopd_jax.envs.alfworld.engine_fast import FastEngine
+  from agentopd_jax.envs.alfworld.expert import explore_then_solve, solve
+
+  if expert not in EXPERTS:
+    raise ValueError(f"sft.expert must be one of {EXPERTS}, got {expert!r}")
+  with open(gamefile) as f:
+    walkthrough = json.load(f).get("walkthrough")
+  if expert == "planner" and walkthrough:
+    return list(walkthrough)
+  engine = FastEngine(gamefile)
+  engine.reset()
+  if expert == "planner":
+    return solve(engine)
+  return explore_then_solve(engine, seed=zlib.crc32(gamefile.encode()))
+
+
+def worker(env_cfg, max_steps: Optional[int] = None):
+  from agentopd_jax.envs.alfworld.env import AlfworldEnv
+
+  return functools.partial(AlfworldEnv, env_cfg.engine, **({} if max_steps is None else {"max_steps": max_steps}))
+
+
+SPEC = register(EnvSpec(
+    name="alfworld", tasks=games, worker=worker, text_env=AlfworldText, experts=EXPERTS,
+    expert=lambda env_cfg, name: functools.partial(expert_actions, expert=name)))

@@ -1,0 +1,94 @@
+"""One registered spec per environment: everything a run needs of an env, looked up by the config's `env.name`.
+
+`training/` asks the spec and never names an env, so a new env (or a new per-env part such as SDAR's skill bank or
+OPID's oracle analyzer) touches only its own package: `agentopd_jax/envs/<package>/spec.py` calls `register(...)`,
+and `get` finds it by importing every env package's `spec` module the first time a name is missing. Code outside
+this package (a notebook, a user's own env) registers the same way before it builds a run.
+
+Spec functions take the run config's `env` section, so each env reads its own fields (`env.data_root`,
+`env.num_products`, ...) and nothing else has to know them. They import their env's heavy modules (TextWorld,
+bm25s, rapidfuzz) only when called, so looking a spec up is cheap.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+import pkgutil
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+TaskPools = Tuple[list, list]  # (training tasks, validation tasks); the validation panel is a prefix of the second
+
+
+def _no_options(env_cfg) -> Dict[str, Any]:
+  return {}
+
+
+def _no_corpus(env_cfg) -> Tuple[List[str], List[str]]:
+  return [], []
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSpec:
+  """What a run needs of one env.
+
+  name: the config's `env.name`.
+  tasks: env_cfg -> (training tasks, validation tasks), fixed across run seeds as a benchmark's are.
+  worker: (env_cfg, max_steps) -> a picklable zero-arg env constructor for the vector-env workers and for expert
+    demonstrations; `max_steps` None keeps the env's own horizon.
+  text_env: the `TextEnv` class (prompts, action projection, rewards; see `rollout.text_envs`).
+  experts: the names `sft.expert` may take; the first is the env's default.
+  expert: (env_cfg, name) -> (task -> the expert's actions), the SFT warm start's demonstrations ([] skips a task).
+  text_options: env_cfg -> extra `text_env` keywords of this env's own (e.g. WebShop's reward kind).
+  tokenizer_corpus: env_cfg -> (texts, whole words) for the built-in tokenizer (`builtin_tokenizer.env_corpus`).
+  """
+  name: str
+  tasks: Callable[[Any], TaskPools]
+  worker: Callable[[Any, Optional[int]], Callable[[], Any]]
+  text_env: Callable[..., Any]
+  experts: Tuple[str, ...]
+  expert: Callable[[Any, str], Callable[[Any], List[str]]]
+  text_options: Callable[[Any], Mapping[str, Any]] = _no_options
+  tokenizer_corpus: Callable[[Any], Tuple[List[str], List[str]]] = _no_corpus
+
+  def expert_policy(self, env_cfg, name: str) -> Callable[[Any], List[str]]:
+    """task -> the named expert's actions; an unknown name is an error naming `sft.expert`."""
+    if name not in self.experts:
+      raise ValueError(f"sft.expert must be one of {self.experts} for env {self.name!r}, got {name!r}")
+    return self.expert(env_cfg, name)
+
+
+_SPECS: Dict[str, EnvSpec] = {}
+
+
+def register(spec: EnvSpec) -> EnvSpec:
+  """Registers `spec` under `spec.name`; registering another spec under a taken name is an error."""
+  known = _SPECS.get(spec.name)
+  if known is not None and known is not spec:
+    raise ValueError(f"env {spec.name!r} is registered already")
+  _SPECS[spec.name] = spec
+  return spec
+
+
+def _discover() -> None:
+  """Imports `agentopd_jax.envs.<package>.spec` for every env package that has one (each registers itself)."""
+  from agentopd_jax import envs
+
+  for info in pkgutil.iter_modules(envs.__path__):
+    if info.ispkg and importlib.util.find_spec(f"{envs.__name__}.{info.name}.spec") is not None:
+      importlib.import_module(f"{envs.__name__}.{info.name}.spec")
+
+
+def names() -> Sequence[str]:
+  """Every registered env name, sorted."""
+  _discover()
+  return sorted(_SPECS)
+
+
+def get(name: str) -> EnvSpec:
+  """The spec registered as `name` (the config's `env.name`); an unknown name is one error listing the known ones."""
+  if name not in _SPECS:
+    _discover()
+  if name not in _SPECS:
+    raise ValueError(f"env.name must be one of {tuple(sorted(_SPECS))}, got {name!r}")
+  return _SPECS[name]

@@ -1,0 +1,71 @@
+"""Search-QA's run spec (`envs.registry`): questions as tasks, `SearchEnv` workers, `SearchText`, the oracle searcher.
+
+Questions come from the bundled encyclopedia's train/test splits (`env.world_seed`) or Search-R1's files
+(`env.train_file`, `env.test_file`); the built-in tokenizer learns the corpus and the training questions.
+"""
+from __future__ import annotations
+
+import functools
+from typing import List, Optional, Tuple
+
+import numpy as np
+
+from agentopd_jax.envs.registry import EnvSpec, register
+from agentopd_jax.envs.search.text import SearchText
+
+TOKENIZER_MAX_DOCS = 50_000  # a real wiki-18 corpus has 21 M passages; its first ones are plenty for a small BPE
+
+
+def questions(env_cfg) -> Tuple[list, list]:
+  """(training questions, validation questions). The test split keeps the data sources in `env.valid_sources` (all
+  when empty) and is shuffled once (fixed seed) so a panel of the first N mixes them instead of taking N questions of
+  the first one."""
+  from agentopd_jax.envs.search import bundled_tasks, load_tasks
+
+  train = load_tasks(env_cfg.train_file) if env_cfg.train_file else bundled_tasks("train", seed=env_cfg.world_seed)
+  test = load_tasks(env_cfg.test_file) if env_cfg.test_file else bundled_tasks("test", seed=env_cfg.world_seed)
+  sources = tuple(env_cfg.valid_sources)
+  if sources:
+    unknown = set(sources) - {t.data_source for t in test}
+    if unknown:
+      raise ValueError(f"env.valid_sources: no test questions of {sorted(unknown)}")
+    test = [t for t in test if t.data_source in sources]
+  test = [test[i] for i in np.random.default_rng(0).permutation(len(test))]
+  return list(train), test
+
+
+def env_kwargs(env_cfg) -> dict:
+  return dict(search_url=env_cfg.search_url or None, corpus=env_cfg.corpus or None, seed=env_cfg.world_seed,
+              topk=env_cfg.topk, obs_format=env_cfg.obs_format, max_turns=env_cfg.max_turns)
+
+
+def worker(env_cfg, max_steps: Optional[int] = None):
+  """Its horizon is `env.max_turns` whatever `max_steps` says (Search-R1's turn budget is part of the task)."""
+  from agentopd_jax.envs.search import SearchEnv
+
+  return functools.partial(SearchEnv, **env_kwargs(env_cfg))
+
+
+def _oracle(kwargs: dict, task) -> List[str]:
+  from agentopd_jax.envs.search import SearchEnv, play
+
+  actions, _, _ = play(SearchEnv(**kwargs), task)
+  return actions
+
+
+def tokenizer_corpus(env_cfg) -> Tuple[List[str], List[str]]:
+  """The retrieval corpus (the bundled encyclopedia, or the first passages of `env.corpus`) and the training
+  questions; nothing of the validation split."""
+  from agentopd_jax.envs.search import generate_world
+  from agentopd_jax.envs.search.retriever import read_corpus
+
+  if env_cfg.corpus:
+    docs = read_corpus(env_cfg.corpus)[:TOKENIZER_MAX_DOCS]
+  else:
+    docs = generate_world(env_cfg.world_seed).passages
+  return [d["contents"] for d in docs] + [t.question for t in questions(env_cfg)[0]], []
+
+
+SPEC = register(EnvSpec(
+    name="search", tasks=questions, worker=worker, text_env=SearchText, experts=("oracle",),
+    expert=lambda env_cfg, name: functools.partial(_oracle, env_kwargs(env_cfg)), tokenizer_corpus=tokenizer_corpus))

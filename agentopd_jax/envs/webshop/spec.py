@@ -1,0 +1,65 @@
+"""WebShop's run spec (`envs.registry`): goal indices as tasks, `WebshopEnv` workers, `WebshopText`, two shoppers.
+
+The shop is a generated catalogue (`env.num_products`, `env.catalog_seed`) or WebShop's own files (`env.data_dir`);
+verl-agent validates on goals [0, 500) and trains on the rest. The built-in tokenizer learns the catalogue, with every
+ASIN a whole word, so a tiny policy can copy product ids. bm25s and rapidfuzz are imported only when a shop is built.
+"""
+from __future__ import annotations
+
+import functools
+from typing import List, Optional, Tuple
+
+from agentopd_jax.envs.registry import EnvSpec, register
+from agentopd_jax.envs.webshop.text import WebshopText
+
+
+def shop_args(env_cfg) -> dict:
+  return dict(num_products=env_cfg.num_products, catalog_seed=env_cfg.catalog_seed,
+              data_dir=env_cfg.data_dir or None, human_goals=env_cfg.human_goals)
+
+
+def goals(env_cfg) -> Tuple[List[int], List[int]]:
+  """(training goal indices, validation goal indices): verl-agent trains on goals [500, N) and validates on [0, 500)."""
+  from agentopd_jax.envs.webshop.env import build_shop
+  from agentopd_jax.envs.webshop.goals import split_indices
+
+  n = len(build_shop(**shop_args(env_cfg)).goals)
+  return list(split_indices(n, "train")), list(split_indices(n, "test"))
+
+
+def worker(env_cfg, max_steps: Optional[int] = None):
+  from agentopd_jax.envs.webshop.env import WebshopEnv
+
+  return functools.partial(WebshopEnv, **shop_args(env_cfg), **({} if max_steps is None else {"max_steps": max_steps}))
+
+
+EXPERTS = ("oracle", "top_result")
+
+
+def _shopper(args: dict, expert: str, goal: int) -> List[str]:
+  """"oracle" (`expert.plan`: knows the goal's product) or "top_result" (`expert.top_result_plan`: buys the top
+  search result, acting only on what the pages show, so a text-only policy can imitate it)."""
+  from agentopd_jax.envs.webshop import expert as shoppers
+  from agentopd_jax.envs.webshop.env import build_shop
+
+  planner = shoppers.plan if expert == "oracle" else shoppers.top_result_plan
+  return planner(build_shop(**args), goal) or []  # [] (no plan found): the demonstration is skipped
+
+
+def tokenizer_corpus(env_cfg) -> Tuple[List[str], List[str]]:
+  """The catalogue as the site shows it (titles, prices, descriptions, bullet points, option names and values,
+  product instructions); every ASIN is a whole word in both the page's case and the click action's lower case."""
+  from agentopd_jax.envs.webshop.env import build_shop
+
+  texts, asins = [], []
+  for asin, p in build_shop(**shop_args(env_cfg)).products.items():
+    texts += [p["Title"], p["Price"], p["Description"], *p["BulletPoints"], p.get("instruction_text") or ""]
+    texts += [f"{name} {' '.join(values)}" for name, values in p["options"].items()]
+    asins += [asin, asin.lower()]
+  return texts, asins
+
+
+SPEC = register(EnvSpec(
+    name="webshop", tasks=goals, worker=worker, text_env=WebshopText, experts=EXPERTS,
+    expert=lambda env_cfg, name: functools.partial(_shopper, shop_args(env_cfg), name),
+    text_options=lambda env_cfg: {"reward": env_cfg.reward}, tokenizer_corpus=tokenizer_corpus))
