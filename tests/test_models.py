@@ -166,21 +166,6 @@ def test_loader_errors_name_the_problem(hf_checkpoints, tmp_path):
     hf_io.load_hf(str(bad))
 
 
-def test_config_from_hf_rejects_unsupported():
-  base = preset("tiny").to_hf_config()
-  with pytest.raises(ValueError, match="model_type"):
-    ModelConfig.from_hf_config({**base, "model_type": "gpt2"})
-  with pytest.raises(ValueError, match="use_sliding_window"):
-    ModelConfig.from_hf_config({**base, "use_sliding_window": True})
-  with pytest.raises(ValueError, match="rope type"):
-    ModelConfig.from_hf_config({**base, "rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4}})
-  # transformers v4 key layout (rope_theta + rope_scaling) is read too.
-  v4 = {k: v for k, v in preset("llama-3.2-1b").to_hf_config().items() if k != "rope_parameters"}
-  v4.update(rope_theta=500000.0, rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
-                                               "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})
-  assert ModelConfig.from_hf_config(v4).rope_llama3 == (32.0, 1.0, 4.0, 8192)
-
-
 @pytest.mark.parametrize("name,expected_millions", [
     ("qwen2.5-0.5b", 494), ("qwen2.5-1.5b", 1544), ("qwen2.5-3b", 3086), ("qwen2.5-7b", 7616),
     ("qwen3-1.7b", 1720), ("qwen3-4b", 4022), ("llama-3.2-1b", 1236)])

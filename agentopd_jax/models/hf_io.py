@@ -19,7 +19,7 @@ import ml_dtypes
 import numpy as np
 from jax.sharding import Mesh, SingleDeviceSharding
 
-from agentopd_jax.models.config import ModelConfig
+from agentopd_jax.models.config import ModelConfig, token_ids
 from agentopd_jax.models import transformer
 
 _ST_DTYPES = {
@@ -130,14 +130,17 @@ def load_hf(path: str, mesh: Optional[Mesh] = None, rules: Optional[dict] = None
             **config_overrides) -> Tuple[ModelConfig, dict]:
   """Loads a local HF folder into (ModelConfig, params), each array placed on its mesh sharding.
 
-  Param/compute dtypes default to the checkpoint's weight dtype; override with e.g. `param_dtype="float32"`.
+  The params' dtype is transformers' `from_pretrained` default (`dtype="auto"`): config.json's `dtype`, else its
+  `torch_dtype`, else the safetensors' own dtype; the file's values are cast to it as they are read (f32 weights under a
+  bfloat16 config are rounded to bfloat16, as transformers does). Compute runs in that dtype too. Override with e.g.
+  `param_dtype="float32"` (which also sets the compute `dtype` unless `dtype` is given). The config's
+  `stop_token_ids` are the folder's default EOS ids (`ModelConfig.from_hf_dir`).
   """
   if not os.path.isdir(path):
     raise FileNotFoundError(f"model folder {path!r} does not exist")
   tensors = _hf_tensors(path)
   file_dtype = jnp.dtype(tensors["model.embed_tokens.weight"].dtype).name
-  dtype_kw = {"param_dtype": file_dtype, "dtype": config_overrides.get("param_dtype", file_dtype)}
-  config = ModelConfig.from_hf_dir(path, **{**dtype_kw, **config_overrides})
+  config = ModelConfig.from_hf_dir(path, default_dtype=file_dtype, **config_overrides)
   abstract = transformer.abstract_params(config)
   if mesh is not None:
     shardings = transformer.param_shardings(config, mesh, rules)
@@ -193,7 +196,8 @@ def to_hf_tensors(config: ModelConfig, params) -> Dict[str, np.ndarray]:
 
 
 def save_hf(path: str, config: ModelConfig, params, max_shard_bytes: int = 4 << 30) -> None:
-  """Writes config.json + safetensors (sharded with an index past `max_shard_bytes`) loadable by transformers."""
+  """Writes config.json + safetensors (sharded with an index past `max_shard_bytes`) loadable by transformers, and
+  generation_config.json when the config's stop ids need one."""
   from safetensors.flax import save_file  # handles bfloat16, unlike the numpy backend
 
   os.makedirs(path, exist_ok=True)
@@ -208,7 +212,7 @@ def save_hf(path: str, config: ModelConfig, params, max_shard_bytes: int = 4 << 
     size += nbytes
   shards.append(current)
   for stale in os.listdir(path):
-    if stale.endswith(".safetensors") or stale == "model.safetensors.index.json":
+    if stale.endswith(".safetensors") or stale in ("model.safetensors.index.json", "generation_config.json"):
       os.remove(os.path.join(path, stale))
   if len(shards) == 1:
     files = ["model.safetensors"]
@@ -224,6 +228,12 @@ def save_hf(path: str, config: ModelConfig, params, max_shard_bytes: int = 4 << 
                 f, indent=2, sort_keys=True)
   with open(os.path.join(path, "config.json"), "w") as f:
     json.dump(config.to_hf_config(), f, indent=2)
+  # Stop ids other than config.json's EOS ids (what a folder without the file means) go where `load_hf` reads them;
+  # other generation defaults of the source folder are not kept.
+  if config.stop_token_ids != token_ids(config.eos_token_id):
+    with open(os.path.join(path, "generation_config.json"), "w") as f:
+      json.dump({"bos_token_id": config.bos_token_id, "eos_token_id": list(config.stop_token_ids) or None,
+                 "pad_token_id": config.pad_token_id}, f, indent=2)
 
 
 def _natural_key(name: str):

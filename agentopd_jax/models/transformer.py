@@ -22,7 +22,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from agentopd_jax.models.config import ModelConfig
 from agentopd_jax.parallel import sharding as sharding_lib
-from agentopd_jax.models.rope import apply_rope, inverse_frequencies, rope_angles
+from agentopd_jax.models.rope import apply_rope, rope_angles
 
 _init = nn.initializers.normal(stddev=0.02)
 
@@ -166,7 +166,7 @@ class Decoder(nn.Module):
     c = self.config
     embedding = _param(self, "embedding", (c.vocab_size, c.hidden_size), ("vocab", "embed"))
     x = jnp.take(embedding, tokens, axis=0).astype(c.compute_dtype)
-    cos, sin = rope_angles(inverse_frequencies(c), positions)
+    cos, sin = rope_angles(c, positions)
 
     t = tokens.shape[1]
     valid = segment_ids != 0
