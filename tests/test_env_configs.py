@@ -100,6 +100,21 @@ def test_webshop_warm_start_imitates_the_top_result_shopper():
     registry.get("webshop").expert_policy(c.env, "explorer")
 
 
+def test_webshop_reward_settings_reach_the_env_workers():
+  """`env.thefuzz` / `env.nouns` pick the reward's matcher and noun tagger of every worker; a bad value is one error
+  naming the field, raised before any worker starts."""
+  c = _config("webshop")
+  assert (c.env.thefuzz, c.env.nouns) == ("0.19", "auto")
+  c.env.thefuzz, c.env.nouns = "0.20", "stand-in"
+  env = registry.get("webshop").worker(c.env, 3)()
+  assert (env.thefuzz, env.nouns, env.max_steps) == ("0.20", "stand-in", 3)
+  for field, bad in (("thefuzz", "0.18"), ("nouns", "nltk")):
+    c = _config("webshop")
+    c.env[field] = bad
+    with pytest.raises(ValueError, match=f"env.{field}"):
+      registry.get("webshop").worker(c.env)
+
+
 def _cli(script, name, workdir, *extra):
   overrides = {
       "workdir": workdir, "env.num_workers": 1, "sft.steps": 2, "sft.demos": 6, "sft.batch_size": 8,

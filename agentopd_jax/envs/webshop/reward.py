@@ -82,7 +82,7 @@ _NOUN_TAGS = ("NOUN", "PROPN")  # goal.py also lists "PNOUN", a tag no spaCy pip
 
 def check_nouns(nouns: str) -> str:
   if nouns not in NOUN_TAGGERS:
-    raise ValueError(f"nouns must be one of {NOUN_TAGGERS} (auto: spaCy {SPACY_PIPELINE} when installed, else the "
+    raise ValueError(f"env.nouns must be one of {NOUN_TAGGERS} (auto: spaCy {SPACY_PIPELINE} when installed, else the "
                      f"stand-in), got {nouns!r}")
   return nouns
 

@@ -28,9 +28,14 @@ def goals(env_cfg) -> Tuple[List[int], List[int]]:
 
 
 def worker(env_cfg, max_steps: Optional[int] = None):
+  """WebshopEnv with the reward's matcher (`env.thefuzz`) and noun tagger (`env.nouns`), checked here so a bad value
+  is one error in the driver, not one per env worker."""
+  from agentopd_jax.envs.webshop import fuzzy, reward
   from agentopd_jax.envs.webshop.env import WebshopEnv
 
-  return functools.partial(WebshopEnv, **shop_args(env_cfg), **({} if max_steps is None else {"max_steps": max_steps}))
+  scoring = dict(thefuzz=fuzzy.check_version(env_cfg.thefuzz), nouns=reward.check_nouns(env_cfg.nouns))
+  return functools.partial(WebshopEnv, **shop_args(env_cfg), **scoring,
+                           **({} if max_steps is None else {"max_steps": max_steps}))
 
 
 EXPERTS = ("oracle", "top_result")
