@@ -131,6 +131,23 @@ def test_rows_finish_independently(params):
   assert out.row(2) == expect2
 
 
+def test_the_models_own_stop_ids_end_every_reply(params):
+  """A model folder's generation_config.json EOS ids (`ModelConfig.stop_token_ids`) stop rows with no stop ids of
+  their own, and join the ones a call names."""
+  prompts = [[1, 2], [3, 4]]
+  greedy = SamplingParams(max_new_tokens=10, temperature=0.0)
+  full = Sampler(CONFIG).generate(params, prompts, jax.random.key(0), greedy)
+  stop_id = full.row(0)[2]
+  model_stops = Sampler(CONFIG.replace(stop_token_ids=(stop_id,)))
+  out = model_stops.generate(params, prompts, jax.random.key(0), greedy)
+  assert out.row(0) == full.row(0)[:full.row(0).index(stop_id) + 1] and out.finish_reasons[0] == "stop"
+  other = full.row(1)[1]
+  both = model_stops.generate(params, prompts, jax.random.key(0),
+                              SamplingParams(max_new_tokens=10, temperature=0.0, stop_token_ids=(other,)))
+  first = min(full.row(1).index(t) for t in (stop_id, other) if t in full.row(1))
+  assert both.row(1) == full.row(1)[:first + 1] and both.finish_reasons[1] == "stop"
+
+
 def test_inactive_rows_are_left_untouched(params):
   greedy = SamplingParams(max_new_tokens=6, temperature=0.0)
   sampler = Sampler(CONFIG)
