@@ -5,6 +5,9 @@ import functools
 import json
 import os
 import re
+import subprocess
+import sys
+import textwrap
 from collections import deque
 from pathlib import Path
 
@@ -30,6 +33,24 @@ def test_every_env_package_registers_its_spec():
   with pytest.raises(ValueError, match="registered already"):
     registry.register(registry.EnvSpec(name="alfworld", tasks=None, worker=None, text_env=None, experts=(),
                                        expert=None))
+
+
+def test_looking_specs_up_needs_no_env_extra():
+  """Discovery imports every env package's spec, so it must not import TextWorld, bm25s, rapidfuzz or spaCy: an
+  ALFWorld-only install still finds its spec, and each heavy package loads only when its env builds something."""
+  code = textwrap.dedent("""
+      import sys
+      class Block:
+        def find_spec(self, name, path=None, target=None):
+          if name.split(".")[0] in ("textworld", "alfworld", "bm25s", "rapidfuzz", "spacy", "torch"):
+            raise ImportError("blocked " + name)
+      sys.meta_path.insert(0, Block())
+      from agentopd_jax.envs import registry
+      print(",".join(registry.names()))
+  """)
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PACKAGE.parent, timeout=300)
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert set(BUILT_IN) <= set(out.stdout.strip().split(","))
 
 
 def test_an_unknown_expert_names_the_field_and_the_env():
