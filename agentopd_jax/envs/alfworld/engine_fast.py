@@ -7,7 +7,10 @@ text versions. Behaviour the tests pin against the real engine (`tests/test_alfw
   stands at is not one (Fast Downward drops the no-op), and a held object is the only examinable object;
 * anything else, after `strip()`, is "Nothing happens." and changes nothing (the step still counts);
 * lists follow the sorted entity ids, always with the article "a", joined by ", " and ", and ", or read "nothing";
-* the goal is checked after every step; `done` when won or after 50 steps; score 1 iff won.
+* the goal is checked after every step; `done` when won or after 50 steps; score 1 iff won; once done, every step
+  returns the final step's result unchanged (alfworld's env is textworld's batch env, which does that);
+* `look` lists, "next to" the receptacles here, each object here once per receptacle here it was taken out of and not
+  put back into since the reset (`_next_to`).
 """
 from __future__ import annotations
 
@@ -47,15 +50,20 @@ class FastEngine:
     for pred in DYNAMIC:
       self.facts.setdefault(pred, set())
     self.steps = 0
+    self.done = False
     self._refresh()
     return INTRO.format(look=self._intro_look(), task=self.world.task_text), self._infos()
 
   def step(self, action: str) -> Tuple[str, int, bool, Dict]:
+    if self.done:  # textworld's batch env copies a finished game's last step over instead of playing on
+      return self._final
     command = self._commands.get(action.strip())
     obs = NOTHING if command is None else getattr(self, "_do_" + command[0])(*command[1:])
     self.steps += 1
     self._refresh()
-    return obs, int(self.won), self.won or self.steps >= self.max_steps, self._infos()
+    self.done = self.won or self.steps >= self.max_steps
+    self._final = obs, int(self.won), self.done, self._infos()
+    return self._final
 
   def copy(self) -> "FastEngine":
     """An independent engine in the same state (static facts are shared): for planning and oracles."""
@@ -148,6 +156,7 @@ class FastEngine:
   def _do_take(self, o: str, r: str) -> str:
     a, f = self.world.agent, self.facts
     f["inreceptacle"].discard((o, r))
+    f["not_inreceptacle"].add((o, r))
     f["objectatlocation"].discard((o, self.location))
     f["holds"].add((a, o))
     f["holdsany"].add((a,))
@@ -156,6 +165,7 @@ class FastEngine:
   def _do_put(self, o: str, r: str) -> str:
     a, f, n = self.world.agent, self.facts, self.world.names
     f["inreceptacle"].add((o, r))
+    f["not_inreceptacle"].discard((o, r))
     f["objectatlocation"].add((o, self.location))
     f["holds"].discard((a, o))
     f["holdsany"].discard((a,))
@@ -191,10 +201,20 @@ class FastEngine:
     return f"You sliced the {self.world.names[co]} with the {self.world.names[ko]}."
 
   def _do_look(self) -> str:
-    here = self.world.receps_at.get(self.location)
+    here, n = self.world.receps_at.get(self.location), self.world.names
     if here:
-      return f"You are facing the {listing([self.world.names[r] for r in here])}. Next to it, you see nothing."
+      return (f"You are facing the {listing([n[r] for r in here])}. "
+              f"Next to it, you see {listing(['a ' + n[o] for o in self._next_to(here)])}.")
     return "You are in the middle of a room. Looking quickly around you, you see nothing."
+
+  def _next_to(self, here: List[str]) -> List[str]:
+    """alfred.twl2's `list_objects_on_the_floor`: one entry per assignment of `objectatlocation(o, l) &
+    receptacleatlocation(r, l) & not_inreceptacle(o, r)` at the agent's location l, in (o, r) id order. TextWorld
+    adds a `not_` fact for each negative effect and keeps it until a positive effect on the same atom, so
+    `not_inreceptacle(o, r)` holds from `take o from r` until o is put back into r: an object moved between
+    receptacles sharing a spot is listed once for each of them it left."""
+    loc, left = self.location, self.facts["not_inreceptacle"]
+    return [o for o, at in sorted(self.facts["objectatlocation"]) if at == loc for r in here if (o, r) in left]
 
   def _do_inventory(self) -> str:
     if (self.world.agent,) not in self.facts["holdsany"]:

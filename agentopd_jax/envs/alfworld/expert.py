@@ -80,6 +80,8 @@ class Expert:
     """The actions this policy takes from env's state until the game is won (env itself is not changed)."""
     sim, actions = env.copy(), []
     while not sim.won:
+      if sim.done:
+        raise RuntimeError(f"the episode ended (step limit) before the expert won, after {actions}")
       action = self.next_action(sim)
       if action not in sim.admissible_commands or len(actions) >= max_len:
         raise RuntimeError(f"expert stuck at {action!r} after {actions}")

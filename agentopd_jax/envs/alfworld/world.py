@@ -15,9 +15,10 @@ from typing import Dict, FrozenSet, List, Mapping, Optional, Tuple, Union
 from agentopd_jax.envs.alfworld import grammar as tw_grammar
 from agentopd_jax.envs.alfworld import pddl, vocab
 
-# Predicates some action changes; every other predicate is fixed for the whole episode.
-DYNAMIC = frozenset({"atlocation", "inreceptacle", "objectatlocation", "holds", "holdsany", "opened", "isclean",
-                     "ishot", "iscool", "istoggled", "ison", "issliced"})
+# Predicates some action changes; every other predicate is fixed for the whole episode. `not_inreceptacle` is the fact
+# TextWorld keeps for the negative effect of `take` (alfred.twl2's `look` reads it; see FastEngine._next_to).
+DYNAMIC = frozenset({"atlocation", "inreceptacle", "not_inreceptacle", "objectatlocation", "holds", "holdsany",
+                     "opened", "isclean", "ishot", "iscool", "istoggled", "ison", "issliced"})
 KNIFE_TYPES = frozenset(k.lower() + "type" for k in vocab.KNIVES)  # what SliceObject accepts as the knife
 
 
