@@ -6,6 +6,7 @@ SUPPORTED (a tiny random model with that key set gives our logits = transformers
 naming the key; transformers' output does change with it, or transformers cannot run it). Keys that change neither
 are IGNORED: transformers' logits and greedy generation stay the base model's, and so does our config.
 """
+import copy
 import json
 import os
 
@@ -331,8 +332,7 @@ def test_params_take_transformers_load_dtype(hf_checkpoints, tmp_path, file_dtyp
   values cast as transformers casts them; a `param_dtype` override wins and sets compute too."""
   model, _ = hf_checkpoints["llama"]
   source = tmp_path / "source"
-  model.to(getattr(torch, file_dtype)).save_pretrained(source)
-  model.to(torch.float32)
+  copy.deepcopy(model).to(getattr(torch, file_dtype)).save_pretrained(source)  # the shared model stays float32
   folder = _folder_copy(source, tmp_path / "m", **config_keys)
   theirs = transformers.AutoModelForCausalLM.from_pretrained(folder)
   expected = str(theirs.model.embed_tokens.weight.dtype).removeprefix("torch.")

@@ -37,7 +37,7 @@ class EnvSpec:
   worker: (env_cfg, max_steps) -> a picklable zero-arg env constructor for the vector-env workers and for expert
     demonstrations; `max_steps` None keeps the env's own horizon.
   text_env: the `TextEnv` class (prompts, action projection, rewards; see `rollout.text_envs`).
-  experts: the names `sft.expert` may take; the first is the env's default.
+  experts: the names `sft.expert` may take.
   expert: (env_cfg, name) -> (task -> the expert's actions), the SFT warm start's demonstrations ([] skips a task).
   text_options: env_cfg -> extra `text_env` keywords of this env's own (e.g. WebShop's reward kind).
   tokenizer_corpus: env_cfg -> (texts, whole words) for the built-in tokenizer (`builtin_tokenizer.env_corpus`).
