@@ -17,8 +17,8 @@ def _cpu():
                                        # the warm start rarely buys perfectly, but its purchases score 0.3-0.8
   c.env.thefuzz = "0.19"               # the reward's fuzzy matching: thefuzz 0.19 (WebShop's and verl-agent's pin) or
                                        # "0.20" (thefuzz >= 0.20 on rapidfuzz); they differ near the 85 threshold
-  c.env.nouns = "auto"                 # r_type's nouns: spaCy en_core_web_sm when installed ("auto"), "spacy" (required)
-                                       # or "stand-in" (docs/webshop.md)
+  c.env.nouns = "auto"                 # r_type's nouns: spaCy en_core_web_sm when installed ("auto"), "spacy"
+                                       # (required) or "stand-in" (docs/webshop.md)
   c.env.history_length = 4             # the compact history lists actions only, so 4 of them cost ~60 tokens
   c.builtin_tokenizer.vocab_size = 4096  # trained on the catalogue too: its words one token each, ASINs whole tokens
   c.builtin_tokenizer.env_corpus = True

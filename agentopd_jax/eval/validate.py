@@ -18,7 +18,8 @@ from agentopd_jax.sampling.sampler import SamplingParams
 
 def episode_record(ep: EpisodeResult) -> EpisodeRecord:
   """The episode for verl-agent's metrics; the problem id is the ALFWorld game file, whose path names the task type
-  (other envs' ids name none); WebShop's score and a question's source, searches and sub-string EM come from the env's infos."""
+  (other envs' ids name none); WebShop's score and a question's source, searches and sub-string EM come from the
+  env's infos."""
   return EpisodeRecord(gamefile=ep.problem_id, won=ep.won, reward=ep.reward, length=max(ep.length, 1),
                        valid_actions=min(ep.valid_actions, max(ep.length, 1)), task_score=ep.info.get("task_score"),
                        data_source=ep.info.get("data_source"), tool_calls=ep.info.get("tool_calls"),

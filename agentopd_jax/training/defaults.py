@@ -64,7 +64,8 @@ def cpu_base(env_name: str) -> ml_collections.ConfigDict:
   c.sft.lr_schedule = "cosine"         # "cosine" (decays to 0.1x by the last step) or "constant"
   c.sft.train_on_prompt = True         # loss on every token of a demonstration, not only on the replies
   c.sft.reply_weight = 20.0            # with train_on_prompt: loss weight of reply tokens relative to the rest
-  c.sft.expert = "explorer"            # one of the env spec's experts; ALFWorld: "explorer" (searches; imitable), "planner"
+  c.sft.expert = "explorer"            # one of the env spec's experts; ALFWorld's: "explorer" (searches; imitable)
+                                       # or "planner"
   c.sft.mistake_rate = 0.0             # recovery demonstrations: P(a stale action, answered "Nothing happens.", is
                                        # played before an expert action); the mistake is not imitated (ALFWorld)
   c.sft.max_demo_steps = 0             # expert episodes must win within this many steps (0: rollout.max_steps, so

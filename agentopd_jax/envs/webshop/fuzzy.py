@@ -26,8 +26,8 @@ _NON_WORD = re.compile(r"(?ui)\W")  # thefuzz 0.19's StringProcessor regex
 
 def check_version(version: str) -> str:
   if version not in VERSIONS:
-    raise ValueError(f"env.thefuzz (the thefuzz version WebShop's reward matches as) must be one of {VERSIONS} (0.19: WebShop's pin; 0.20: thefuzz >= 0.20 on "
-                     f"rapidfuzz), got {version!r}")
+    raise ValueError(f"env.thefuzz (the thefuzz version WebShop's reward matches as) must be one of {VERSIONS} "
+                     f"(0.19: WebShop's pin; 0.20: thefuzz >= 0.20 on rapidfuzz), got {version!r}")
   return version
 
 
