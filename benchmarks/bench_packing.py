@@ -43,9 +43,9 @@ def parse_args(argv=None):
 def demonstration_steps(n: int):
   """At least n step samples of the CPU default's expert demonstrations (games are generated and cached once)."""
   from configs import alfworld
+  from agentopd_jax.envs import registry
   from agentopd_jax.models.tokenizer import builtin_tokenizer
   from agentopd_jax.rollout.demonstrations import demonstration_samples
-  from agentopd_jax.envs import registry
   from agentopd_jax.training import trainer
 
   c = alfworld.get_config()
