@@ -46,6 +46,8 @@ setup(
     version="0.1.0",
     description="RL and on-policy distillation for multi-turn LLM agents in JAX",
     packages=find_packages(include=["agentopd_jax", "agentopd_jax.*"]),
+    # SDAR's skill banks each env ships (agentopd_jax/skills/banks/<env>/): data files, not modules.
+    package_data={"agentopd_jax.skills": ["banks/*/*.json", "banks/*/*.md"]},
     python_requires=">=3.11",
     install_requires=CORE,
     extras_require=EXTRAS,

@@ -27,6 +27,10 @@ def _cpu():
   c.env.train_split = "train"
   c.env.valid_split = "valid_seen"     # alfworld's eval_in_distribution
   c.env.task_types = ("pick_and_place_simple", "look_at_obj_in_light")
+  # Half the demo games also get the skill-following explorer's episode behind SDAR's privileged skill prompt: the
+  # tiny model learns to act on skills it reads, which SDAR's self-teacher needs (docs/results.md, issue 19).
+  c.sft.skill_fraction = 0.5
+  c.sft.skill_expert = "skilled_explorer"
   # Validation samples like the rollouts (T=1.0): it measures the policy GRPO optimises. At T=0.4 (the paper
   # setting) the tiny model's sharpened policy does not follow GRPO's changes (docs/results.md, sessions 7-8).
   # 64 problems x 4 attempts = 256 episodes: about 2 points of standard error at 15 % success.

@@ -40,6 +40,16 @@ def _paper(variant: str):
   c.env.valid_sources = ()                # all seven sources, as the papers' tables
   c.rollout.max_prompt_tokens = 4096
   c.rollout.max_response_tokens = 500
+  # SDAR's search scripts (methods.md §4.3): 128 tasks x 8, mini 256 / micro 16, KL 0.001, 10 % warmup; greedy
+  # validation on the whole test set, at the last step only.
+  c.grpo.tasks_per_iteration = 128
+  c.grpo.micro_batch_size = 16
+  c.loss.kl_coef = 0.001
+  c.optim.warmup_steps = 15
+  c.validation.temperature = 0.0
+  c.validation.num_tasks = 1_000_000   # more than the test set: all of it
+  c.validation.attempts = 1
+  c.validation.every = 150
   return c
 
 

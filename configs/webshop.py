@@ -37,6 +37,8 @@ def _paper(variant: str):
   c.builtin_tokenizer.env_corpus = False  # the pretrained model's own tokenizer
   c.sft.expert = "oracle"
   c.rollout.max_prompt_tokens = 4096
+  c.grpo.mini_batch_size = 64          # SDAR's WebShop scripts (methods.md §4.3): mini 64, micro 8
+  c.grpo.micro_batch_size = 8
   return c
 
 

@@ -4,10 +4,14 @@
   python experiments/evaluate.py --config=configs/alfworld.py --step=latest --attempts=4 --ks=1,4
   python experiments/evaluate.py --config=configs/alfworld.py --hf_path=/models/Qwen2.5-3B-Instruct
   python experiments/evaluate.py --config=configs/webshop.py --step=0 --traces   # + every episode's replies
+  python experiments/evaluate.py --config=configs/alfworld.py --step=0 --skill_prompt=raw   # skills in context
 
 Reports success overall and per task type, mean reward, valid-action ratio, episode length and pass@k (k <= the
 attempts per problem), using the config's validation sampling (temperature) on its fixed panel. `--traces` also
-writes `traces.jsonl`: per episode its problem, outcome, env infos and each step's reply.
+writes `traces.jsonl`: per episode its problem, outcome, env infos and each step's reply. `--skill_prompt` is the
+Skill-Prompt evaluation: every prompt carries the skills retrieved from the env's bank (`skills.bank_dir`,
+`skills.retrieval`), "raw" before the chat template as SDAR's privileged teacher reads them, "user" inside the user
+message as Skill-GRPO's student does.
 """
 import json
 import os
@@ -19,8 +23,10 @@ from agentopd_jax.eval.report import evaluation_summary, write_report
 from agentopd_jax.eval.validate import validate
 from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.envs import registry
+from agentopd_jax.teachers.privileged import SkillContext
 from agentopd_jax.training.logging import configure_cli_logging
 from agentopd_jax.training.trainer import (
+  VALIDATION_STREAM,
   checkpoint_policy,
   model_and_tokenizer,
   rollout_engine,
@@ -34,6 +40,8 @@ _HF_PATH = flags.DEFINE_string("hf_path", "", "evaluate this HF folder instead o
 _ATTEMPTS = flags.DEFINE_integer("attempts", 0, "episodes per panel problem (0: config.validation.attempts)")
 _KS = flags.DEFINE_list("ks", ["1"], "pass@k values to report")
 _OUT = flags.DEFINE_string("out", "", "report folder (default: <workdir>/eval)")
+_SKILL_PROMPT = flags.DEFINE_enum("skill_prompt", "", ["", "raw", "user"],
+                                  "put retrieved skills in every prompt: 'raw' (SDAR's teacher) or 'user' (Skill-GRPO)")
 _TRACES = flags.DEFINE_bool("traces", False, "also write traces.jsonl (each episode's replies) to the report folder")
 
 
@@ -59,9 +67,15 @@ def main(argv):
   panel = valid_games[:c.validation.num_tasks]
   engine = rollout_engine(c, config, tokenizer, mesh, len(panel) * attempts)
   traces = [] if _TRACES.value else None
+  context = None
+  if _SKILL_PROMPT.value:
+    skills = SkillContext(c.env.name, c.skills.bank_dir, c.skills.retrieval, c.seed, c.skills.ucb_c)
+    context, _ = skills.prompt_context([p for p in panel for _ in range(attempts)], VALIDATION_STREAM,
+                                       placement=_SKILL_PROMPT.value)
+    label += f" with skills ({_SKILL_PROMPT.value}, {c.skills.retrieval})"
   try:
     records, outcomes, _ = validate(engine, params, panel, attempts, validation_key(c), validation_sampling(c),
-                                    traces)
+                                    traces, context=context)
   finally:
     engine.env.close()
   ks = [int(k) for k in _KS.value if int(k) <= attempts]

@@ -50,8 +50,31 @@ def test_paper_settings():
   assert (search.rollout.max_steps, search.env.max_turns, search.env.history_length) == (4, 4, 4)
   assert (search.env.invalid_penalty, search.env.topk) == (0.01, 3)
   for c in (webshop, search):
-    assert (c.grpo.tasks_per_iteration, c.grpo.group_size, c.optim.learning_rate) == (16, 8, 1e-6)
-    assert c.sft.steps == 0 and not c.env.compact_prompt and c.loss.kl_coef == 0.01
+    assert (c.grpo.group_size, c.optim.learning_rate) == (8, 1e-6)
+    assert c.sft.steps == 0 and not c.env.compact_prompt
+  # SDAR's scripts (methods.md §4.3): tasks x group, mini / micro, KL, warmup, validation.
+  assert (webshop.grpo.tasks_per_iteration, webshop.grpo.mini_batch_size, webshop.grpo.micro_batch_size) == (16, 64, 8)
+  assert webshop.loss.kl_coef == 0.01 and (webshop.validation.num_tasks, webshop.validation.temperature) == (128, 0.4)
+  assert (search.grpo.tasks_per_iteration, search.grpo.mini_batch_size, search.grpo.micro_batch_size) == (128, 256, 16)
+  assert (search.loss.kl_coef, search.optim.warmup_steps, search.validation.temperature) == (0.001, 15, 0.0)
+  assert search.validation.every == search.grpo.iterations == 150
+
+
+def test_skill_method_variants():
+  """Every SDAR baseline is a variant of every env config, on the CPU default and on each paper model."""
+  from agentopd_jax.objectives.registry import OBJECTIVES
+  from agentopd_jax.training.defaults import PAPER_MODELS, SKILL_METHODS
+  for env in ("alfworld", "webshop", "searchqa"):
+    for method in SKILL_METHODS:
+      assert method in OBJECTIVES
+      cpu = _config(env, method)
+      assert cpu.loss.objective == method and cpu.workdir.endswith(f"_cpu_{method}") and cpu.sft.steps > 0
+      assert (cpu.loss.sdar_coef, cpu.loss.gate_beta, cpu.skills.retrieval) == (0.01, 5.0, "km")
+      for model in PAPER_MODELS:
+        paper = _config(env, f"{method}_{model}")
+        assert paper.loss.objective == method and paper.model.preset == PAPER_MODELS[model] and paper.sft.steps == 0
+  with pytest.raises(ValueError, match="sdar_qwen2p5_3b"):
+    _config("alfworld", "sdar_gpt5")
 
 
 def _tasks(c):
@@ -115,7 +138,7 @@ def test_webshop_reward_settings_reach_the_env_workers():
       registry.get("webshop").worker(c.env)
 
 
-def _cli(script, name, workdir, *extra):
+def _cli(script, name, workdir, *extra, variant=""):
   overrides = {
       "workdir": workdir, "env.num_workers": 1, "sft.steps": 2, "sft.demos": 6, "sft.batch_size": 8,
       "sft.micro_batch_size": 8, "grpo.iterations": 1, "grpo.tasks_per_iteration": 2, "grpo.group_size": 2,
@@ -123,7 +146,8 @@ def _cli(script, name, workdir, *extra):
       "rollout.max_response_tokens": 8, "validation.num_tasks": 4, "validation.attempts": 1,
       "validation.every": 1, "logging.plot": False,
   }
-  cmd = [sys.executable, os.path.join(ROOT, "experiments", script), f"--config={os.path.join(ROOT, 'configs', name)}.py"]
+  cmd = [sys.executable, os.path.join(ROOT, "experiments", script),
+         f"--config={os.path.join(ROOT, 'configs', name)}.py{variant}"]
   cmd += [f"--config.{k}={v}" for k, v in overrides.items()] + list(extra)
   out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
   assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
@@ -132,16 +156,22 @@ def _cli(script, name, workdir, *extra):
 
 @pytest.mark.parametrize("name", sorted(ENVS))
 def test_train_and_evaluate_entry_points_run_the_env(tmp_path, name):
+  """SDAR (the `:sdar` variant: GRPO plus the gated self-distillation of a teacher reading the env's skills), then
+  the checkpoint evaluated with skills in context (Skill-Prompt)."""
   workdir = str(tmp_path / name)
-  _cli("train.py", name, workdir)
+  _cli("train.py", name, workdir, variant=":sdar")
   with CheckpointPool(os.path.join(workdir, "checkpoints"), read_only=True) as pool:
     assert pool.steps() == [0, 1]
     _, problems, _, attempts = pool.outcomes_matrix()
     assert len(problems) == 4 and (attempts == 1).all()
     assert ENVS[name][1] <= set(pool.metadata(1)["metrics"])
-  phases = {r["phase"] for r in read_metrics(os.path.join(workdir, "logs"))}
-  assert phases == {"sft", "train", "val"}
-  out = _cli("evaluate.py", name, workdir, "--step=latest", "--traces")
+  records = read_metrics(os.path.join(workdir, "logs"))
+  assert {r["phase"] for r in records} == {"sft", "train", "val"}
+  train = [r for r in records if r["phase"] == "train"]
+  assert all({"actor/sdar/gate_mean", "teacher/gap_mean"} <= set(r) for r in train)
+  assert all(any(k.startswith("skills/hits/") for k in r) for r in train)
+  out = _cli("evaluate.py", name, workdir, "--step=latest", "--traces", "--skill_prompt=raw", variant=":sdar")
+  assert "with skills (raw, km)" in open(os.path.join(workdir, "eval", "eval.md")).read()
   report = json.loads(open(os.path.join(workdir, "eval", "eval.json")).read())
   assert report["episodes"] == 4 and '"success_rate"' in out
   traces = [json.loads(line) for line in open(os.path.join(workdir, "eval", "traces.jsonl"))]

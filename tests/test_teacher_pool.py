@@ -62,10 +62,10 @@ def test_majority_rule_and_explicit_student(run_dir):
   assert pool.student.step == 15 and pool.student.solved == {"d"}
   assert _solved(pool) == {0: set(), 5: {"a"}, 10: {"a", "c"}, 20: set()}
   assert build_teacher_pool(run_dir, student_step=0).steps == [5, 10, 15, 20]
-  with pytest.raises(ValueError, match="student_step 7 is not a checkpoint"):
+  with pytest.raises(ValueError, match="student_step=7: not a checkpoint"):
     build_teacher_pool(run_dir, student_step=7)
-  with pytest.raises(ValueError, match="student_step must be 'best' or a step"):
-    build_teacher_pool(run_dir, student_step="latest")
+  with pytest.raises(ValueError, match="student_step must be 'best', 'latest' or a step"):
+    build_teacher_pool(run_dir, student_step="newest")
   with pytest.raises(ValueError, match="solved_rule must be one of"):
     build_teacher_pool(run_dir, solved_rule="all")
 

@@ -15,6 +15,7 @@ import dataclasses
 import importlib
 import importlib.util
 import pkgutil
+from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 TaskPools = Tuple[list, list]  # (training tasks, validation tasks); the validation panel is a prefix of the second
@@ -26,6 +27,30 @@ def _no_options(env_cfg) -> Dict[str, Any]:
 
 def _no_corpus(env_cfg) -> Tuple[List[str], List[str]]:
   return [], []
+
+
+def shipped_skill_bank(env_name: str) -> str:
+  """The folder of the SkillBank an env ships (`agentopd_jax/skills/banks/<env>/`), found without importing skills/."""
+  return str(Path(__file__).resolve().parents[1] / "skills" / "banks" / env_name)
+
+
+@dataclasses.dataclass(frozen=True)
+class SkillSpec:
+  """An env's SDAR skill bank (`agentopd_jax.skills`).
+
+  bank: the folder of the bank it ships (SDAR's layout), used when `skills.bank_dir` is "".
+  rule: how SDAR's keyword matching tells its tasks apart: "gamefile" (ALFWorld), "keywords" (WebShop) or "search".
+  query: task -> its `SkillQuery` fields other than the prompt (e.g. {"gamefile": path}); a module-level function,
+    so it pickles.
+  """
+  bank: str
+  rule: str
+  query: Callable[[Any], Dict[str, str]]
+
+
+def no_skill_query(task) -> Dict[str, str]:
+  """For envs whose rule reads only the prompt."""
+  return {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +66,7 @@ class EnvSpec:
   expert: (env_cfg, name) -> (task -> the expert's actions), the SFT warm start's demonstrations ([] skips a task).
   text_options: env_cfg -> extra `text_env` keywords of this env's own (e.g. WebShop's reward kind).
   tokenizer_corpus: env_cfg -> (texts, whole words) for the built-in tokenizer (`builtin_tokenizer.env_corpus`).
+  skills: the env's SDAR skill bank and matching rule (`SkillSpec`); None: the env has none.
   """
   name: str
   tasks: Callable[[Any], TaskPools]
@@ -50,6 +76,7 @@ class EnvSpec:
   expert: Callable[[Any, str], Callable[[Any], List[str]]]
   text_options: Callable[[Any], Mapping[str, Any]] = _no_options
   tokenizer_corpus: Callable[[Any], Tuple[List[str], List[str]]] = _no_corpus
+  skills: Optional[SkillSpec] = None
 
   def expert_policy(self, env_cfg, name: str) -> Callable[[Any], List[str]]:
     """task -> the named expert's actions; an unknown name is an error naming `sft.expert`."""

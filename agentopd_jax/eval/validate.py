@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import jax
 
 from agentopd_jax.envs.verl_agent.metrics import EpisodeRecord
-from agentopd_jax.rollout.engine import Rollout, RolloutEngine
+from agentopd_jax.rollout.engine import PromptContext, Rollout, RolloutEngine
 from agentopd_jax.rollout.types import EpisodeResult, Sample
 from agentopd_jax.sampling.sampler import SamplingParams
 
@@ -51,13 +51,13 @@ def episode_traces(rollout: Rollout) -> List[Dict]:
 
 
 def validate(engine: RolloutEngine, params, panel: Sequence[str], attempts: int, key: jax.Array,
-             sampling: SamplingParams, traces: Optional[List[Dict]] = None
+             sampling: SamplingParams, traces: Optional[List[Dict]] = None, context: Optional[PromptContext] = None
              ) -> Tuple[List[EpisodeRecord], Dict[str, Tuple[int, int]], Dict[str, float]]:
   """Plays each panel problem `attempts` times (the engine's vector env must host len(panel) * attempts envs);
-  `traces`, when given, receives `episode_traces` of the episodes."""
+  `traces`, when given, receives `episode_traces` of the episodes; `context` adds to every prompt (e.g. skills)."""
   tasks = [p for p in panel for _ in range(attempts)]
   groups = [g for g in range(len(panel)) for _ in range(attempts)]
-  result = engine.run(params, tasks, tasks, groups, key, sampling)
+  result = engine.run(params, tasks, tasks, groups, key, sampling, context=context)
   if traces is not None:
     traces.extend(episode_traces(result))
   played = [ep for ep in result.episodes if not ep.env_failed]

@@ -3,7 +3,8 @@
 An `Objective` couples two things the train step must agree on: which scoring branches to run (`score_config`: a
 reference forward only when the KL term is on, a teacher forward only for distillation objectives) and the loss.
 Later methods (OPID, SDAR, Agentic-OPD) register their own objectives, typically reusing `grpo_loss` and adding an
-auxiliary per-token term, so the train step never branches on the method.
+auxiliary per-token term, so the train step never branches on the method (SDAR and its baselines: `self_distill`,
+which registers itself when the package is imported).
 
 Metric convention: every metric is a *contribution* that sums over the micro-batches of a mini-batch to the
 mini-batch value (token statistics are divided by the mini-batch `Normalizer`), so the train step just adds them.
@@ -26,6 +27,10 @@ from agentopd_jax.scoring.fused import ScoreConfig, Scores
 
 Metrics = Dict[str, jnp.ndarray]
 
+# Domains of LossConfig's SDAR fields (objectives.self_distill, which imports this module, implements them).
+SDAR_GATES = ("gap", "entropy", "soft_or")
+SDAR_DIVERGENCES = ("reverse_kl", "topk_forward_kl", "topk_jsd")
+
 
 @dataclasses.dataclass(frozen=True)
 class LossConfig:
@@ -46,12 +51,23 @@ class LossConfig:
   opd_max_abs_log_ratio: float = 0.0   # clamp of the top-k log-ratio to ±c; 0 = no clamp (the reference's null)
   opd_variant: str = "topk_reverse_kl"  # or "sampled_token" (the documented PG-OPD advantage)
   lad_other: str = "none"          # what rollouts LAD does not route get: "none", or "grpo" (pg_loss_coef · PPO)
+  # SDAR and its baselines (objectives.self_distill); ignored by the other objectives.
+  sdar_coef: float = 0.01          # λ of the λ·L_SDAR term
+  gate_beta: float = 5.0           # β of the gate σ(β·Δ_t); 0 = ungated (g ≡ ½, the GRPO+OPSD baseline)
+  sdar_gate: str = "gap"           # "gap" (SDAR), "entropy" or "soft_or" (paper ablations)
+  sdar_divergence: str = "reverse_kl"  # or "topk_forward_kl" / "topk_jsd" over the teacher's top-k
+  distill_top_k: int = 16          # k of the teacher's top-k support of the top-k divergences
+  skill_sd_coef: float = 0.001     # λ_SDL of Skill-SD's ρ_on·k3 term
+  rlsd_lambda: float = 0.5         # RLSD's λ at iteration 1, decayed linearly to 0
+  rlsd_warmdown_steps: int = 50    # iterations over which RLSD's λ reaches 0 (code default; paper 100)
+  rlsd_eps_w: float = 0.2          # RLSD token weights clipped to [1 − ε_w, 1 + ε_w]
 
   def __post_init__(self):
     if self.objective not in OBJECTIVES:
       raise ValueError(f"LossConfig.objective: unknown objective {self.objective!r}; registered: {sorted(OBJECTIVES)}")
     for name in ("clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "kl_coef", "entropy_coef", "pg_loss_coef",
-                 "opd_loss_coef", "task_loss_coef", "opd_max_abs_log_ratio"):
+                 "opd_loss_coef", "task_loss_coef", "opd_max_abs_log_ratio", "sdar_coef", "gate_beta", "skill_sd_coef",
+                 "rlsd_lambda", "rlsd_eps_w"):
       value = getattr(self, name)
       if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"LossConfig.{name} must be a finite number, got {value!r}")
@@ -69,15 +85,26 @@ class LossConfig:
       raise ValueError(f"LossConfig.loss_agg_mode must be one of {AGG_MODES}, got {self.loss_agg_mode!r}")
     if self.pg_loss_coef < 0.0:
       raise ValueError(f"LossConfig.pg_loss_coef must be >= 0, got {self.pg_loss_coef}")
-    for name in ("opd_loss_coef", "task_loss_coef", "opd_max_abs_log_ratio"):
+    for name in ("opd_loss_coef", "task_loss_coef", "opd_max_abs_log_ratio", "sdar_coef", "gate_beta", "skill_sd_coef"):
       if getattr(self, name) < 0.0:
         raise ValueError(f"LossConfig.{name} must be >= 0, got {getattr(self, name)}")
-    if isinstance(self.opd_top_k, bool) or not isinstance(self.opd_top_k, int) or self.opd_top_k < 1:
-      raise ValueError(f"LossConfig.opd_top_k must be an int >= 1, got {self.opd_top_k!r}")
+    # distill_top_k >= 2: a top-1 support renormalises to a point mass, on which every divergence is 0.
+    for name, least in (("opd_top_k", 1), ("distill_top_k", 2), ("rlsd_warmdown_steps", 1)):
+      value = getattr(self, name)
+      if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"LossConfig.{name} must be an int >= {least}, got {value!r}")
     if self.opd_variant not in OPD_VARIANTS:
       raise ValueError(f"LossConfig.opd_variant must be one of {OPD_VARIANTS}, got {self.opd_variant!r}")
     if self.lad_other not in LAD_OTHER:
       raise ValueError(f"LossConfig.lad_other must be one of {LAD_OTHER}, got {self.lad_other!r}")
+    if self.sdar_gate not in SDAR_GATES:
+      raise ValueError(f"LossConfig.sdar_gate must be one of {SDAR_GATES}, got {self.sdar_gate!r}")
+    if self.sdar_divergence not in SDAR_DIVERGENCES:
+      raise ValueError(f"LossConfig.sdar_divergence must be one of {SDAR_DIVERGENCES}, got {self.sdar_divergence!r}")
+    if not 0.0 <= self.rlsd_lambda <= 1.0:
+      raise ValueError(f"LossConfig.rlsd_lambda must be in [0, 1], got {self.rlsd_lambda}")
+    if not 0.0 <= self.rlsd_eps_w < 1.0:
+      raise ValueError(f"LossConfig.rlsd_eps_w must be in [0, 1), got {self.rlsd_eps_w}")
 
 
 LossFn = Callable[[Scores, TrainBatch, LossConfig, Normalizer], Tuple[jnp.ndarray, Metrics]]
@@ -92,11 +119,20 @@ class Objective:
   branches(cfg) -> the ScoreConfig fields this objective sets (policy / reference / teacher / top_k / entropy);
     every other field (vocab_chunk, temperature) is taken from the caller's base config.
   check(cfg) -> None: raises ValueError for settings the objective cannot honour (optional).
+  teacher_top_k(cfg) -> k: the objective reads teacher signals scored once per batch before the update
+    (`TrainBatch.teacher_logprobs`, plus the teacher's top-k ids and log-probs when k > 0); None: it reads none.
+  prepare(minibatch, cfg, iteration) -> minibatch: a host-side (numpy) transform the trainer applies to each
+    mini-batch before the jitted step, given the 1-based iteration; for inputs that change every iteration (RLSD's
+    λ schedule), which as static jit arguments would recompile the step each time.
+  student_skills: the rollouts put the retrieved skills in the student's own prompt (Skill-GRPO).
   """
   name: str
   loss_fn: LossFn
   branches: Callable[[LossConfig], Mapping[str, Any]]
   check: Optional[Callable[[LossConfig], None]] = None
+  teacher_top_k: Optional[Callable[[LossConfig], int]] = None
+  prepare: Optional[Callable[[TrainBatch, LossConfig, int], TrainBatch]] = None
+  student_skills: bool = False
 
   def score_config(self, cfg: LossConfig, base: Optional[ScoreConfig] = None) -> ScoreConfig:
     if self.check is not None:

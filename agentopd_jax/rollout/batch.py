@@ -7,6 +7,7 @@ mask. A row holds one sample, or several when packed (segment ids 1, 2, ..., pos
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import List, Optional, Sequence
 
 import chex
@@ -25,11 +26,11 @@ class TrainBatch:
   loss_mask: jnp.ndarray                         # [B, T] float32: 1 on tokens the policy generated
   advantages: jnp.ndarray                        # [B, T] float32, already broadcast over the loss mask
   old_logprobs: jnp.ndarray                      # [B, T] float32: log π_old(token) (behaviour policy), 0 off-mask
-  # Privileged-context teacher inputs (teacher mode "context"; see scoring.fused). None when unused.
-  teacher_tokens: Optional[jnp.ndarray] = None
-  teacher_segment_ids: Optional[jnp.ndarray] = None
-  teacher_positions: Optional[jnp.ndarray] = None
-  teacher_index: Optional[jnp.ndarray] = None
+  # Teacher signals scored once per batch before the update (`scoring.teacher_signals`: SDAR's privileged self, a
+  # pool checkpoint, ...), constants of the loss. None when the objective reads none.
+  teacher_logprobs: Optional[jnp.ndarray] = None      # [B, T] float32: log π_T(token | teacher context), 0 off-mask
+  teacher_topk_ids: Optional[jnp.ndarray] = None      # [B, T, k] int32: the teacher's top-k ids at each target
+  teacher_topk_logprobs: Optional[jnp.ndarray] = None  # [B, T, k] float32: their teacher log-probs
   # Agentic-OPD LAD routing (`collate(distill_weights=...)`, objectives.distill.lad_mask): [B, T] float32 weight of
   # each loss token in the distillation term, 1 = routed. Not part of the scoring inputs. None = every loss token
   # routed (no LAD).
@@ -37,9 +38,16 @@ class TrainBatch:
 
   def score_batch(self) -> ScoreBatch:
     return ScoreBatch(tokens=self.tokens, segment_ids=self.segment_ids, loss_mask=self.loss_mask,
-                      positions=self.positions, teacher_tokens=self.teacher_tokens,
-                      teacher_segment_ids=self.teacher_segment_ids, teacher_positions=self.teacher_positions,
-                      teacher_index=self.teacher_index)
+                      positions=self.positions, gather_ids=self.teacher_topk_ids)
+
+
+@dataclasses.dataclass
+class TeacherSignal:
+  """One sample's teacher scores, per completion token (host numpy): log-prob of the sampled token, and optionally
+  the teacher's top-k ids and log-probs ([n, k]). Zero on observation tokens (completion mask 0)."""
+  logprobs: np.ndarray
+  topk_ids: Optional[np.ndarray] = None
+  topk_logprobs: Optional[np.ndarray] = None
 
 
 def round_up(n: int, multiple: int) -> int:
@@ -69,7 +77,9 @@ def pack_rows(lengths: Sequence[int], width: int) -> List[List[int]]:
 
 def collate(samples: Sequence[Sample], advantages: Sequence[float], pad_to_multiple: int = 32,
             max_length: Optional[int] = None, pad_id: int = 0, rows: Optional[int] = None, pack_width: int = 0,
-            distill_weights: Optional[Sequence[float]] = None) -> TrainBatch:
+            distill_weights: Optional[Sequence[float]] = None,
+            teacher: Optional[Sequence[TeacherSignal]] = None,
+            layout: Optional[List[List[int]]] = None) -> TrainBatch:
   """Right-padded host arrays (numpy) of `samples`; advantage i is broadcast over sample i's generated tokens.
 
   `pack_width` = 0: one sample per row, rows as wide as the longest sample rounded up to `pad_to_multiple`.
@@ -81,19 +91,20 @@ def collate(samples: Sequence[Sample], advantages: Sequence[float], pad_to_multi
   reject packing with it.)
   `rows` pads the batch with empty (all-masked-out) rows up to a fixed size, e.g. a multiple of the mini-batch.
   `distill_weights` (per sample) fills `distill_mask`: the weight on the sample's generated tokens (LAD routing).
+  `teacher` (per sample) fills the teacher_* arrays at the sample's completion tokens, like `old_logprobs`.
+  `layout` (the sample indices of each row, e.g. a slice of one `pack_rows` over more samples) replaces the packing.
   A sample longer than `max_length` is an error, never silently cut: its log-probs would no longer match.
   """
-  if len(samples) != len(advantages):
-    raise ValueError(f"collate: {len(samples)} samples but {len(advantages)} advantages")
+  if len(samples) != len(advantages) or (teacher is not None and len(teacher) != len(samples)):
+    raise ValueError(f"collate: {len(samples)} samples but {len(advantages)} advantages"
+                     + ("" if teacher is None else f" and {len(teacher)} teacher signals"))
   longest = max(s.length for s in samples)
   if max_length is not None and longest > max_length:
     raise ValueError(f"collate: a sample has {longest} tokens, over max_length={max_length}")
   width = round_up(longest, pad_to_multiple)
-  if pack_width:
-    width = max(width, pack_width)
-    layout = pack_rows([s.length for s in samples], width)
-  else:
-    layout = [[i] for i in range(len(samples))]
+  width = max(width, pack_width)
+  if layout is None:
+    layout = pack_rows([s.length for s in samples], width) if pack_width else [[i] for i in range(len(samples))]
   n = len(layout) if rows is None else rows
   if n < len(layout):
     raise ValueError(f"collate: rows={rows} is fewer than the {len(layout)} rows the samples need")
@@ -104,6 +115,10 @@ def collate(samples: Sequence[Sample], advantages: Sequence[float], pad_to_multi
   adv = np.zeros((n, width), np.float32)
   old = np.zeros((n, width), np.float32)
   distill = None if distill_weights is None else np.zeros((n, width), np.float32)
+  k = 0 if teacher is None or teacher[0].topk_ids is None else teacher[0].topk_ids.shape[-1]
+  t_lp = None if teacher is None else np.zeros((n, width), np.float32)
+  t_ids = np.zeros((n, width, k), np.int32) if k else None
+  t_topk = np.zeros((n, width, k), np.float32) if k else None
   for b, row in enumerate(layout):
     start = 0
     for segment, i in enumerate(row, start=1):
@@ -120,6 +135,12 @@ def collate(samples: Sequence[Sample], advantages: Sequence[float], pad_to_multi
       old[b, generated] = np.asarray(s.behaviour_logprobs, np.float32) * completion
       if distill is not None:
         distill[b, generated] = distill_weights[i] * (completion > 0)
+      if t_lp is not None:
+        t_lp[b, generated] = teacher[i].logprobs * completion
+        if k:
+          t_ids[b, generated] = teacher[i].topk_ids * (completion > 0)[:, None]
+          t_topk[b, generated] = teacher[i].topk_logprobs * completion[:, None]
       start += length
   return TrainBatch(tokens=tokens, segment_ids=segments, positions=positions, loss_mask=mask, advantages=adv,
-                    old_logprobs=old, distill_mask=distill)
+                    old_logprobs=old, distill_mask=distill, teacher_logprobs=t_lp, teacher_topk_ids=t_ids,
+                    teacher_topk_logprobs=t_topk)

@@ -7,7 +7,7 @@ any template (Qwen2.5, Qwen3, Llama 3, the built-in one) is handled without hand
 """
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional, Sequence
 
 from agentopd_jax.models.tokenizer import apply_chat_template, render_chat
 
@@ -53,3 +53,15 @@ class ChatFormat:
   def reply_ids(self, reply_text: str) -> List[int]:
     """A demonstration reply as the policy would emit it: its tokens and the closing eos."""
     return self.tokenizer.encode(reply_text, add_special_tokens=False) + [self.eos_id]
+
+
+def templated_text(tokenizer, prompt_ids: Sequence[int]) -> str:
+  """A prompt's chat-templated text, special tokens included (what SDAR's skill retrieval and prefixing read)."""
+  return tokenizer.decode(list(prompt_ids), skip_special_tokens=False)
+
+
+def raw_prefixed_ids(tokenizer, prefix: str, templated: str, max_prompt_tokens: Optional[int] = None) -> List[int]:
+  """SDAR's `build_teacher_batch` prompt: `prefix` as raw text before the template's first token, re-encoded without
+  adding special tokens, then left-truncated to `max_prompt_tokens` (an over-long prompt loses the prefix first)."""
+  ids = tokenizer.encode(prefix + templated, add_special_tokens=False)
+  return ids if max_prompt_tokens is None else ids[-max_prompt_tokens:]

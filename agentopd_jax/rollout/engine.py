@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import jax
 
-from agentopd_jax.rollout.chat import ChatFormat
+from agentopd_jax.rollout.chat import ChatFormat, raw_prefixed_ids, templated_text
 from agentopd_jax.rollout.types import EPISODE_INFO_KEYS, LAYOUTS, EpisodeResult, Sample
 from agentopd_jax.sampling.sampler import Sampler, SampleOutput, SamplingParams
 
@@ -40,6 +40,25 @@ class RolloutConfig:
                  "max_total_tokens", "batch_bucket"):
       if getattr(self, name) < 1:
         raise ValueError(f"rollout.{name} must be >= 1, got {getattr(self, name)}")
+
+
+PLACEMENTS = ("user", "raw")
+
+
+@dataclasses.dataclass(frozen=True)
+class PromptContext:
+  """Extra context in the student's own prompts (Skill-GRPO's skills; skill-prompted evaluation).
+
+  prefix(episode index, chat-templated prompt text) -> the text to add. placement "user": inside the user message,
+  before the env's text (Skill-GRPO's collector); "raw": before the chat template's first token, re-encoded, as
+  SDAR's privileged teacher reads it (`chat.raw_prefixed_ids`).
+  """
+  prefix: Callable[[int, str], str]
+  placement: str = "user"
+
+  def __post_init__(self):
+    if self.placement not in PLACEMENTS:
+      raise ValueError(f"PromptContext.placement must be one of {PLACEMENTS}, got {self.placement!r}")
 
 
 @dataclasses.dataclass
@@ -85,8 +104,9 @@ class RolloutEngine:
     self.chat = chat or ChatFormat(tokenizer)
 
   def run(self, params, tasks: Sequence, problem_ids: Sequence[str], group_ids: Sequence[int], key: jax.Array,
-          sampling: SamplingParams) -> Rollout:
-    """Plays one episode per task (tasks already repeated G times for GRPO; see `envs.vector.group_tasks`)."""
+          sampling: SamplingParams, context: Optional[PromptContext] = None) -> Rollout:
+    """Plays one episode per task (tasks already repeated G times for GRPO; see `envs.vector.group_tasks`); with
+    `context`, every prompt carries its prefix (the trajectory layout's first prompt: the rest follows it)."""
     if not len(tasks) == len(problem_ids) == len(group_ids):
       raise ValueError(f"rollout: {len(tasks)} tasks, {len(problem_ids)} problem ids, {len(group_ids)} group ids")
     sampling = dataclasses.replace(
@@ -105,7 +125,7 @@ class RolloutEngine:
         ep.keep_info(info)
         ep.view.begin(o, info)
     run = self._run_steps if self.config.layout == "step" else self._run_trajectories
-    run(params, episodes, key, sampling, timer)
+    run(params, episodes, key, sampling, timer, context)
     for ep in episodes:
       if not ep.done:
         ep.truncated = True
@@ -136,6 +156,17 @@ class RolloutEngine:
       ep.view.observe(action, obs[i], infos[i])
       ep.done = bool(dones[i])
 
+  def _prompt_ids(self, episode: int, text: str, context: Optional[PromptContext]) -> Tuple[List[int], str]:
+    """(prompt ids, the user text they hold) of a fresh conversation, with `context`'s prefix if any."""
+    ids = self.chat.prompt_ids(text)
+    if context is None:
+      return ids, text
+    templated = templated_text(self.tokenizer, ids)
+    prefix = context.prefix(episode, templated)
+    if context.placement == "user":
+      return self.chat.prompt_ids(prefix + text), prefix + text
+    return raw_prefixed_ids(self.tokenizer, prefix, templated), text
+
   def _decode(self, ids: List[int]) -> str:
     return self.tokenizer.decode(ids, skip_special_tokens=True)
 
@@ -146,16 +177,16 @@ class RolloutEngine:
     return out
 
   # ------------------------------------------------------------------------------------------ step layout
-  def _run_steps(self, params, episodes: List[_Episode], key, sampling, timer):
+  def _run_steps(self, params, episodes: List[_Episode], key, sampling, timer, context):
     cfg = self.config
     for t in range(cfg.max_steps):
       live = [i for i, ep in enumerate(episodes) if not ep.done]
       if not live:
         return
-      texts = [episodes[i].view.step_prompt() for i in live]
-      prompts = []
-      for text in texts:
-        ids = self.chat.prompt_ids(text)
+      texts, prompts = [], []
+      for i in live:
+        ids, text = self._prompt_ids(i, episodes[i].view.step_prompt(), context)
+        texts.append(text)
         if len(ids) > cfg.max_prompt_tokens:
           ids = ids[-cfg.max_prompt_tokens:]
           timer["prompt_truncations"] += 1
@@ -183,11 +214,11 @@ class RolloutEngine:
       self._step_envs(episodes, actions, timer)
 
   # ------------------------------------------------------------------------------------ trajectory layout
-  def _run_trajectories(self, params, episodes: List[_Episode], key, sampling, timer):
+  def _run_trajectories(self, params, episodes: List[_Episode], key, sampling, timer, context):
     cfg = self.config
     n = len(episodes)
-    prompts = [self.chat.prompt_ids(ep.view.turn_prompt()) if not ep.done else [self.sampler.pad_id]
-               for ep in episodes]
+    prompts = [self._prompt_ids(i, ep.view.turn_prompt(), context)[0] if not ep.done else [self.sampler.pad_id]
+               for i, ep in enumerate(episodes)]
     for ep, p in zip(episodes, prompts):
       if not ep.done and len(p) + cfg.max_response_tokens > cfg.max_total_tokens:
         raise ValueError(f"rollout: the first prompt of {ep.problem_id} has {len(p)} tokens, which with "

@@ -6,15 +6,11 @@ sequence: segment_ids[t-1] == segment_ids[t] != 0. So position 0, the first real
 first token of each packed sequence are never scored from a padding slot or from the previous sequence, whatever
 the loss mask says. Outputs are zero on targets that are not scored.
 
-Teacher modes:
-  * "params":  another parameter pytree (e.g. a checkpoint teacher) on the student's own tokens.
-  * "context": the *policy's* parameters on a different sequence, `teacher_tokens`, e.g. the prompt with a skill
-    inserted before the response (privileged context). `teacher_index[b, t]` is the position in `teacher_tokens`
-    of the token that equals `tokens[b, t]`, for every loss position; the teacher's hidden state one position
-    earlier is aligned to the student's, so all statistics are computed exactly as for the other modes. The same
-    rule holds on the teacher side: where `teacher_index` points at a teacher position with no prediction from its
-    own sequence (position 0, after padding, the start of a packed sequence, or out of range) the teacher outputs
-    and `teacher_gap` are zero; the policy and reference outputs do not depend on the teacher branch.
+Teacher mode "params": another parameter pytree (a checkpoint teacher) on the student's own tokens, scored in the
+same step. Teachers that read a different context (SDAR's privileged skill prompt, OPID's analysed skill) are not
+scored here per micro-batch: `scoring.teacher_signals` scores them once per batch with the rollout-time parameters,
+and the batch carries their log-probs as constants. Their top-k support comes back through `ScoreBatch.gather_ids`:
+the policy's log-probs at those ids (with gradients), for divergences over the teacher's top-k.
 
 Policy outputs carry gradients (use inside a loss). Teacher and reference outputs are stop-gradient, and so are
 the gaps: they are signals that weight or gate a loss (SDAR's gate σ(β·Δ), OPID's advantage Δ) and must not pull
@@ -35,7 +31,7 @@ from agentopd_jax.models import transformer
 from agentopd_jax.models.config import ModelConfig
 from agentopd_jax.scoring.chunked import token_stats
 
-TEACHER_MODES = ("none", "params", "context")
+TEACHER_MODES = ("none", "params")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,10 +58,7 @@ class ScoreBatch:
   segment_ids: jnp.ndarray                         # [B, T] int32, 0 = padding, >0 = sequence id (packing)
   loss_mask: jnp.ndarray                           # [B, T] which target tokens to score (see the module rule)
   positions: Optional[jnp.ndarray] = None          # [B, T]; default: restart at 0 per segment
-  teacher_tokens: Optional[jnp.ndarray] = None     # [B, Tt] ("context" mode)
-  teacher_segment_ids: Optional[jnp.ndarray] = None
-  teacher_positions: Optional[jnp.ndarray] = None
-  teacher_index: Optional[jnp.ndarray] = None      # [B, T] int32 into teacher_tokens
+  gather_ids: Optional[jnp.ndarray] = None         # [B, T, K] int32: ids whose policy log-probs to return (per target)
 
 
 @chex.dataclass
@@ -75,6 +68,7 @@ class Scores:
   policy_entropy: Optional[jnp.ndarray] = None
   policy_topk_ids: Optional[jnp.ndarray] = None
   policy_topk_logprobs: Optional[jnp.ndarray] = None
+  policy_gathered_logprobs: Optional[jnp.ndarray] = None  # [B, T, K] at `ScoreBatch.gather_ids` (with gradients)
   reference_logprobs: Optional[jnp.ndarray] = None
   teacher_logprobs: Optional[jnp.ndarray] = None
   teacher_topk_logprobs: Optional[jnp.ndarray] = None   # teacher log-probs at the policy's top-k ids
@@ -120,8 +114,9 @@ def score(config: ModelConfig, score_config: ScoreConfig, policy_params, referen
   topk_ids = None
   if sc.policy:
     h = hidden_of(policy_params, tokens, batch.segment_ids, batch.positions)
+    gather = None if batch.gather_ids is None else batch.gather_ids[:, 1:]
     st = token_stats(h[:, :-1], transformer.unembed_weight(config, policy_params), targets, top_k=sc.top_k,
-                     entropy=sc.entropy, **stats_kw)
+                     entropy=sc.entropy, gather_ids=gather, **stats_kw)
     policy_lp = masked(_shift_in(st.logprobs))
     out.policy_logprobs = policy_lp
     if sc.entropy:
@@ -130,6 +125,8 @@ def score(config: ModelConfig, score_config: ScoreConfig, policy_params, referen
       topk_ids = jax.lax.stop_gradient(_shift_in(st.topk_ids))
       out.policy_topk_ids = topk_ids * mask[..., None].astype(jnp.int32)
       out.policy_topk_logprobs = masked(_shift_in(st.topk_logprobs))
+    if gather is not None:
+      out.policy_gathered_logprobs = masked(_shift_in(st.gathered_logprobs))
 
   if sc.reference:
     if reference_params is None:
@@ -140,36 +137,17 @@ def score(config: ModelConfig, score_config: ScoreConfig, policy_params, referen
     if policy_lp is not None:
       out.reference_gap = jax.lax.stop_gradient(out.reference_logprobs - policy_lp)
 
-  if sc.teacher != "none":
-    if sc.teacher == "params":
-      if teacher_params is None:
-        raise ValueError("ScoreConfig.teacher='params' but no teacher params were given")
-      t_params = teacher_params
-      t_mask = mask
-      h = hidden_of(t_params, tokens, batch.segment_ids, batch.positions)[:, :-1]
-    else:
-      if batch.teacher_tokens is None or batch.teacher_index is None:
-        raise ValueError("ScoreConfig.teacher='context' needs batch.teacher_tokens and batch.teacher_index")
-      t_params = policy_params
-      t_seg = batch.teacher_segment_ids
-      if t_seg is None:
-        t_seg = jnp.ones_like(batch.teacher_tokens)
-      h_full = hidden_of(t_params, batch.teacher_tokens, t_seg, batch.teacher_positions)
-      # The teacher state that predicts teacher_tokens[idx] sits at idx - 1.
-      idx = batch.teacher_index
-      t_len = batch.teacher_tokens.shape[1]
-      src = jnp.clip(idx[:, 1:] - 1, 0, t_len - 1)
-      h = jnp.take_along_axis(h_full, src[..., None], axis=1)
-      # A negative index clips to 0, which is never predicted; one past the end must be caught explicitly.
-      t_ok = (idx < t_len) & jnp.take_along_axis(_predicted(t_seg), jnp.clip(idx, 0, t_len - 1), axis=1)
-      t_mask = mask * t_ok
-    st = token_stats(h, transformer.unembed_weight(config, t_params), targets,
+  if sc.teacher == "params":
+    if teacher_params is None:
+      raise ValueError("ScoreConfig.teacher='params' but no teacher params were given")
+    h = hidden_of(teacher_params, tokens, batch.segment_ids, batch.positions)[:, :-1]
+    st = token_stats(h, transformer.unembed_weight(config, teacher_params), targets,
                      gather_ids=None if topk_ids is None else topk_ids[:, 1:], **stats_kw)
-    out.teacher_logprobs = jax.lax.stop_gradient(masked(_shift_in(st.logprobs), t_mask))
+    out.teacher_logprobs = jax.lax.stop_gradient(masked(_shift_in(st.logprobs)))
     if topk_ids is not None:
-      out.teacher_topk_logprobs = jax.lax.stop_gradient(masked(_shift_in(st.gathered_logprobs), t_mask))
+      out.teacher_topk_logprobs = jax.lax.stop_gradient(masked(_shift_in(st.gathered_logprobs)))
     if policy_lp is not None:
-      out.teacher_gap = jax.lax.stop_gradient(masked(out.teacher_logprobs - policy_lp, t_mask))
+      out.teacher_gap = jax.lax.stop_gradient(masked(out.teacher_logprobs - policy_lp))
   return out
 
 

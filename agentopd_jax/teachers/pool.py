@@ -113,21 +113,6 @@ def _entry(pool: CheckpointPool, step: int, rule: str, evaluate: Evaluate | None
                       solved=solved_set(outcomes, rule), outcomes=outcomes)
 
 
-def _student_step(pool: CheckpointPool, student_step: int | str) -> int:
-  if student_step == "best":
-    best = pool.best_step()
-    if best is None:
-      raise ValueError(f"student_step='best': no checkpoint in {pool.directory} has the validation metric "
-                       f"{pool.best_metric!r}; pass an explicit step")
-    return best
-  if isinstance(student_step, str) and not student_step.isdigit():
-    raise ValueError(f"student_step must be 'best' or a step number, got {student_step!r}")
-  step = int(student_step)
-  if step not in pool.steps():
-    raise ValueError(f"student_step {step} is not a checkpoint of {pool.directory}; it holds {pool.steps()}")
-  return step
-
-
 def build_teacher_pool(run_dir: str | os.PathLike, student_step: int | str = "best", prune_dominated: bool = False,
                        solved_rule: str = "any", evaluate: Evaluate | None = None) -> TeacherPool:
   """The teacher pool of the GRPO run in `run_dir` (its checkpoints live in `run_dir/checkpoints`).
@@ -140,7 +125,7 @@ def build_teacher_pool(run_dir: str | os.PathLike, student_step: int | str = "be
   if solved_rule not in SOLVED_RULES:
     raise ValueError(f"solved_rule must be one of {SOLVED_RULES}, got {solved_rule!r}")
   with CheckpointPool(os.path.join(os.fspath(run_dir), "checkpoints"), read_only=True) as pool:
-    student = _student_step(pool, student_step)
+    student = pool.resolve_step(student_step, "student_step")
     entries = [_entry(pool, s, solved_rule, evaluate) for s in pool.steps()]
   teachers = [e for e in entries if e.step != student]
   if not teachers:
@@ -201,4 +186,4 @@ def read_manifest(path: str | os.PathLike, solved_rule: str = "any") -> tuple[Te
 def run_outcomes(run_dir: str | os.PathLike, student_step: int | str = "best") -> tuple[dict, int]:
   """({step: outcomes} of every checkpoint, the student step) of the run in `run_dir`."""
   with CheckpointPool(os.path.join(run_dir, "checkpoints"), read_only=True) as pool:
-    return {s: checkpoint_outcomes(pool, s) for s in pool.steps()}, _student_step(pool, student_step)
+    return {s: checkpoint_outcomes(pool, s) for s in pool.steps()}, pool.resolve_step(student_step, "student_step")

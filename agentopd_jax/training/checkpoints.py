@@ -178,6 +178,22 @@ class CheckpointPool:
     """The step with the best `best_metric` (ties: the newer one); None if no step has that metric."""
     return self._best_of(self.steps())
 
+  def resolve_step(self, step: int | str, field: str = "step") -> int:
+    """The checkpoint number `step` names: "best", "latest" or a saved step; anything else is an error naming the
+    config `field` it came from."""
+    if step in ("best", "latest"):
+      number = self.best_step() if step == "best" else self.latest_step()
+      if number is None:
+        raise ValueError(f"{field}={step!r}: no checkpoint in {self.directory}"
+                         + (f" has the validation metric {self.best_metric!r}; pass an explicit step"
+                            if step == "best" and self.steps() else ""))
+      return number
+    if isinstance(step, str) and not step.isdigit():
+      raise ValueError(f"{field} must be 'best', 'latest' or a step number, got {step!r}")
+    if int(step) not in self.steps():
+      raise ValueError(f"{field}={step}: not a checkpoint of {self.directory}; it holds {self.steps()}")
+    return int(step)
+
   def metadata(self, step: int) -> dict:
     """{step, metrics, outcomes ({id: (successes, attempts)} or None), config, extra, prng_keys} of `step`."""
     meta = copy.deepcopy(self._meta(step))

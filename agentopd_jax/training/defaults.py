@@ -19,6 +19,8 @@ def cpu_base(env_name: str) -> ml_collections.ConfigDict:
   c.workdir = f"runs/{env_name}_cpu"
   c.method = "grpo"                    # "grpo" or "agentic_opd" (the `agentic_opd` variant: distil a GRPO run's pool)
   c.mesh_shape = (-1, 1, 1)            # (data, fsdp, tensor)
+  c.warm_start_run = ""                # a run folder: its step-0 checkpoint (the warm start) is this run's start, no
+                                       # SFT (methods compared from one warm start; the model config must match)
   c.pack_width = 512                   # training rows hold several samples, up to this many tokens (rows widen to the
                                        # longest sample); 0: one sample per row. Needs loss_agg_mode "token-mean"
 
@@ -68,6 +70,10 @@ def cpu_base(env_name: str) -> ml_collections.ConfigDict:
                                        # or "planner"
   c.sft.mistake_rate = 0.0             # recovery demonstrations: P(a stale action, answered "Nothing happens.", is
                                        # played before an expert action); the mistake is not imitated (ALFWorld)
+  c.sft.skill_fraction = 0.0           # this share of the demo tasks also gets a demonstration behind SDAR's privileged
+                                       # skill prompt, so the self-teacher learns to read skills (0: none)
+  c.sft.skill_expert = ""              # the expert of those demonstrations ("": sft.expert), one that does what the
+                                       # skills say
   c.sft.max_demo_steps = 0             # expert episodes must win within this many steps (0: rollout.max_steps, so
                                        # the warm start imitates only episodes the policy's horizon can finish)
 
@@ -96,6 +102,26 @@ def cpu_base(env_name: str) -> ml_collections.ConfigDict:
   c.loss.opd_max_abs_log_ratio = 0.0   #   clamp of the top-k log-ratio (0: none)
   c.loss.opd_variant = "topk_reverse_kl"  # or "sampled_token" (the documented PG-OPD advantage)
   c.loss.lad_other = "none"            #   what rollouts LAD does not route get: "none" or "grpo"
+  c.loss.sdar_coef = 0.01              # SDAR family (sdar, grpo_opsd, opsd): λ of the gated self-distillation term
+  c.loss.gate_beta = 5.0               #   β of the gate σ(β·Δ) (grpo_opsd forces 0: g = 0.5)
+  c.loss.sdar_gate = "gap"             #   "gap", "entropy" or "soft_or"
+  c.loss.sdar_divergence = "reverse_kl"  # or "topk_forward_kl", "topk_jsd" (over the teacher's top-k)
+  c.loss.distill_top_k = 16            #   k of the top-k divergences
+  c.loss.skill_sd_coef = 0.001         # Skill-SD: λ_SDL of the ρ_on·k3 term
+  c.loss.rlsd_lambda = 0.5             # RLSD: λ at iteration 1, warmed down linearly to 0 over
+  c.loss.rlsd_warmdown_steps = 50      #   this many iterations
+  c.loss.rlsd_eps_w = 0.2              #   clip of the reweighting factor to [1 − ε_w, 1 + ε_w]
+
+  c.skills = ml_collections.ConfigDict()  # SDAR's SkillBank (agentopd_jax/skills; docs/skills.md)
+  c.skills.bank_dir = ""               # "" -> the env's shipped bank; or the SDAR authors' skills/<env>/ folder
+  c.skills.retrieval = "km"            # km (the authors' keyword matching), km_words, full, random, ucb
+  c.skills.ucb_c = 1.0                 # ucb: exploration constant c of r̄(e) + c·sqrt(ln N / n(e))
+
+  c.teacher = ml_collections.ConfigDict()  # the teacher of self-distillation objectives (teachers/privileged.py)
+  c.teacher.source = "self"            # "self": the rollout-time policy π_old; "pool": a checkpoint of pool_run
+  c.teacher.context = "skills"         # "skills": the privileged skill prefix; "plain": the student's own prompt
+  c.teacher.pool_run = ""              # source "pool": the run folder whose checkpoint teaches
+  c.teacher.pool_step = "best"         #   "best", "latest" or a step
 
   c.optim = ml_collections.ConfigDict()
   c.optim.learning_rate = 1e-4         # 2e-4 degraded the warm start, 5e-5 left it unchanged (docs/results.md)
@@ -173,10 +199,29 @@ def paper_overrides(c: ml_collections.ConfigDict, variant: str) -> ml_collection
   return c
 
 
+# SDAR (methods.md §4) and the baselines of its table, each a `loss.objective` of the same GRPO run.
+SKILL_METHODS = ("sdar", "grpo_opsd", "opsd", "rlsd", "skill_sd", "skill_grpo")
+
+
+def skill_method_overrides(c: ml_collections.ConfigDict, method: str) -> ml_collections.ConfigDict:
+  """SDAR or one of its baselines on top of a run config: `loss.objective` = `method` with SDAR's λ = 0.01, β = 5,
+  the self-teacher (π_old) reading KM-retrieved skills; the workdir gets the method's name. GRPO+OPSD is the β = 0
+  gate, OPSD the gated term without the policy gradient (their objectives force those values)."""
+  c.loss.objective = method
+  c.workdir = f"{c.workdir}_{method}"
+  c.loss.sdar_coef = 0.01
+  c.loss.gate_beta = 5.0
+  c.teacher.source = "self"
+  c.teacher.context = "skills"
+  c.skills.retrieval = "km"
+  return c
+
+
 def select_variant(arg: str, config_file: str, cpu: Callable[[], ml_collections.ConfigDict],
                    paper: Callable[[str], ml_collections.ConfigDict]) -> ml_collections.ConfigDict:
   """`get_config(arg)` of an env config: "" or "cpu" -> `cpu()`, "agentic_opd" -> Agentic-OPD on the CPU default's
-  GRPO run, a PAPER_MODELS key -> `paper(arg)`."""
+  GRPO run, a PAPER_MODELS key -> `paper(arg)`; a SKILL_METHODS name, alone or before a PAPER_MODELS key
+  ("sdar", "sdar_qwen2p5_3b"), -> that method on the CPU default or on the paper setting."""
   variant = arg or "cpu"
   if variant == "cpu":
     return cpu()
@@ -184,5 +229,10 @@ def select_variant(arg: str, config_file: str, cpu: Callable[[], ml_collections.
     return agentic_opd_overrides(cpu())
   if variant in PAPER_MODELS:
     return paper(variant)
-  raise ValueError(f"unknown {config_file} variant {variant!r}; choose cpu, agentic_opd or one of "
-                   f"{sorted(PAPER_MODELS)}")
+  for method in SKILL_METHODS:
+    if variant == method:
+      return skill_method_overrides(cpu(), method)
+    if variant.startswith(method + "_") and variant[len(method) + 1:] in PAPER_MODELS:
+      return skill_method_overrides(paper(variant[len(method) + 1:]), method)
+  raise ValueError(f"unknown {config_file} variant {variant!r}; choose cpu, agentic_opd, one of "
+                   f"{sorted(PAPER_MODELS)}, one of {SKILL_METHODS} or <method>_<model> (e.g. sdar_qwen2p5_3b)")

@@ -25,7 +25,7 @@ from agentopd_jax.models import transformer
 from agentopd_jax.models.config import ModelConfig
 from agentopd_jax.objectives.losses import normalizer_for
 from agentopd_jax.objectives.registry import LossConfig, get_objective
-from agentopd_jax.rollout.batch import TrainBatch, collate, pack_rows, round_up
+from agentopd_jax.rollout.batch import TeacherSignal, TrainBatch, collate, pack_rows, round_up
 from agentopd_jax.rollout.types import Sample
 from agentopd_jax.scoring.fused import ScoreConfig, score
 
@@ -199,7 +199,8 @@ PACKED_ROW_MULTIPLE = 4  # row-count bucket of packed mini-batches, for the same
 
 def make_minibatches(samples: Sequence[Sample], advantages: Sequence[float], minibatch_size: int,
                      micro_batch_size: int, pack_width: int = 0, distill_weights: Optional[Sequence[float]] = None,
-                     mesh: Optional[Mesh] = None) -> List[TrainBatch]:
+                     mesh: Optional[Mesh] = None,
+                     teacher: Optional[Sequence[TeacherSignal]] = None) -> List[TrainBatch]:
   """The update's mini-batches, [A, m, T] host arrays each: runs of `minibatch_size` consecutive samples, one
   optimizer step each (the last run may be shorter).
 
@@ -208,14 +209,16 @@ def make_minibatches(samples: Sequence[Sample], advantages: Sequence[float], min
   rows of `pack_width` tokens (`collate`), and every mini-batch gets the same row count R (the most any run needs,
   rounded up to PACKED_ROW_MULTIPLE and to the data-parallel size of `mesh`, whose devices split a micro-batch's
   rows, then to a multiple of `micro_batch_size` rows when larger), so all mini-batches of an iteration share one
-  compiled shape. Token-mean losses are identical either way.
+  compiled shape. Token-mean losses are identical either way. `teacher`: per-sample teacher signals (`collate`).
   """
   n = len(samples)
   runs = [slice(i, min(i + minibatch_size, n)) for i in range(0, n, minibatch_size)]
   weights = (lambda run: None) if distill_weights is None else (lambda run: list(distill_weights[run]))
+  signals = (lambda run: None) if teacher is None else (lambda run: list(teacher[run]))
   if not pack_width:
     batch = collate(samples, advantages, PAD_MULTIPLE, rows=len(runs) * minibatch_size,
-                    distill_weights=None if distill_weights is None else list(distill_weights))
+                    distill_weights=None if distill_weights is None else list(distill_weights),
+                    teacher=None if teacher is None else list(teacher))
     return split_minibatches(batch, minibatch_size, min(micro_batch_size, minibatch_size))
   width = max(pack_width, round_up(max(s.length for s in samples), PAD_MULTIPLE))
   rows = max(len(pack_rows([s.length for s in samples[run]], width)) for run in runs)
@@ -224,4 +227,5 @@ def make_minibatches(samples: Sequence[Sample], advantages: Sequence[float], min
   micro = min(micro_batch_size, rows)
   rows = round_up(rows, micro)
   return [split_minibatches(collate(samples[run], advantages[run], PAD_MULTIPLE, rows=rows, pack_width=width,
-                                    distill_weights=weights(run)), rows, micro)[0] for run in runs]
+                                    distill_weights=weights(run), teacher=signals(run)), rows, micro)[0]
+          for run in runs]

@@ -28,7 +28,7 @@ from agentopd_jax.eval.validate import episode_record, validate
 from agentopd_jax.models import transformer
 from agentopd_jax.models.loading import load_model_and_tokenizer
 from agentopd_jax.objectives.advantages import get_advantage_estimator, informative_groups, step_scores
-from agentopd_jax.objectives.registry import LossConfig
+from agentopd_jax.objectives.registry import LossConfig, get_objective
 from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.rollout.chat import ChatFormat
 from agentopd_jax.rollout.demonstrations import demonstration_samples
@@ -36,6 +36,8 @@ from agentopd_jax.rollout.engine import RolloutConfig, RolloutEngine
 from agentopd_jax.rollout.text_envs import make_text_env
 from agentopd_jax.rollout.types import Sample
 from agentopd_jax.sampling.sampler import Sampler, SamplingParams
+from agentopd_jax.teachers.privileged import (SkillContext, Teacher, TeacherConfig, episode_skills, pool_params_loader,
+                                              signal_metrics)
 from agentopd_jax.training import data
 from agentopd_jax.training.checkpoints import CheckpointPool
 from agentopd_jax.training.logging import MetricsLogger, plot_curves, progress
@@ -120,9 +122,7 @@ def checkpoint_policy(c, step: str, mesh):
   """(model config, params, tokenizer, step) of checkpoint `step` ("best", "latest" or an integer) of c.workdir."""
   config, _, tokenizer = model_and_tokenizer(c, c.seed, mesh)
   with CheckpointPool(Path(c.workdir) / "checkpoints", read_only=True) as pool:
-    number = {"best": pool.best_step, "latest": pool.latest_step}.get(step, lambda: int(step))()
-    if number is None:
-      raise ValueError(f"no {step} checkpoint in {pool.directory}")
+    number = pool.resolve_step(step)
     return config, pool.restore_params(number, sharded_abstract_params(config, mesh)), tokenizer, number
 
 
@@ -159,6 +159,24 @@ class Run:
     self.train_step = make_train_step(self.model, self.loss_cfg, self.optimizer, self.mesh, self.use_reference,
                                       temperature=c.rollout.temperature)
     self.key = jax.random.key(c.seed)
+    self.objective = get_objective(self.loss_cfg.objective)
+    self.skills, self.teacher = self._skills_and_teacher()
+
+  def _skills_and_teacher(self):
+    """The skill context (retrieval over the env's bank) and the teacher, each built only when the objective reads
+    it: teacher signals for SDAR and its baselines, skills in the student's prompt for Skill-GRPO."""
+    c = self.c
+    wants_teacher = self.objective.teacher_top_k is not None
+    teacher_cfg = config_dataclass(TeacherConfig, c.teacher)
+    skills = None
+    if self.objective.student_skills or (wants_teacher and teacher_cfg.context == "skills"):
+      skills = SkillContext(c.env.name, c.skills.bank_dir, c.skills.retrieval, c.seed, c.skills.ucb_c)
+    if not wants_teacher:
+      return skills, None
+    pool = (pool_params_loader(teacher_cfg.pool_run, teacher_cfg.pool_step, sharded_abstract_params(self.model,
+                                                                                                      self.mesh))
+            if teacher_cfg.source == "pool" else None)
+    return skills, Teacher(teacher_cfg, self.model, self.tokenizer, c.rollout.max_prompt_tokens, skills, pool)
 
   def finish(self, **extra) -> Dict:
     """The run's summary (`summarize` plus `extra`), written to summary.json, and its learning curves."""
@@ -180,11 +198,7 @@ class Run:
     """Imitation of expert demonstrations through the same train step: NLL on the replies, or on every token with
     `sft.train_on_prompt`."""
     c = self.c
-    engine = self.train_engine
-    demos = demonstration_samples(demonstration_env(c), engine.text_env_factory,
-                                  engine.chat, self.train_games[:c.sft.demos],
-                                  registry.get(c.env.name).expert_policy(c.env, c.sft.expert), c.rollout.layout,
-                                  mistake_rate=c.sft.mistake_rate, seed=base_seed(c))
+    demos = self.demonstrations()
     if c.sft.lr_schedule not in ("cosine", "constant"):
       raise ValueError(f"sft.lr_schedule must be 'cosine' or 'constant', got {c.sft.lr_schedule!r}")
     decay = max(c.sft.steps - c.sft.warmup_steps, 0) if c.sft.lr_schedule == "cosine" else 0
@@ -210,20 +224,74 @@ class Run:
       self.log.log(s + 1, {f"sft/{k}": float(v) for k, v in metrics.items()}, phase="sft")
     return state.params
 
+  def warm_start(self):
+    """GRPO's starting params: step 0 of `warm_start_run`'s pool, else the SFT warm start, else the initial params."""
+    c = self.c
+    if c.warm_start_run:
+      with CheckpointPool(Path(c.warm_start_run) / "checkpoints", read_only=True) as pool:
+        return pool.restore_params(pool.resolve_step(0, "warm_start_run's step"),
+                                   sharded_abstract_params(self.model, self.mesh))
+    return self.sft() if c.sft.steps else jax.tree.map(jnp.copy, self.init_params)
+
+  def demonstrations(self) -> List[Sample]:
+    """The warm start's samples: the expert's episodes of the first `sft.demos` training tasks and, for the share
+    `sft.skill_fraction` of them (spread evenly), also the `sft.skill_expert`'s episode behind SDAR's privileged
+    prompt with the task's KM-retrieved skills, so that the self-teacher learns to use skills it reads."""
+    c = self.c
+    spec, engine = registry.get(c.env.name), self.train_engine
+    games = self.train_games[:c.sft.demos]
+
+    def play(tasks, expert):
+      return demonstration_samples(demonstration_env(c), engine.text_env_factory, engine.chat, tasks,
+                                   spec.expert_policy(c.env, expert), c.rollout.layout,
+                                   mistake_rate=c.sft.mistake_rate, seed=base_seed(c))
+
+    demos = play(games, c.sft.expert)
+    fraction = c.sft.skill_fraction
+    if not 0.0 <= fraction <= 1.0:
+      raise ValueError(f"sft.skill_fraction must be in [0, 1], got {fraction}")
+    if not fraction:
+      return demos
+    skilled = [g for i, g in enumerate(games) if int((i + 1) * fraction) > int(i * fraction)]
+    skills = SkillContext(c.env.name, c.skills.bank_dir, "km")
+    samples = play(skilled, c.sft.skill_expert or c.sft.expert)
+    privileged, _ = skills.privileged(samples, lambda s: skilled[s.traj_id], 0, self.tokenizer,
+                                      c.rollout.max_prompt_tokens)
+    return demos + privileged
+
   def validate(self, params, iteration: int) -> Dict:
+    """The panel's metrics (`val/...`) and outcomes; when the student trains with skills in its prompt (Skill-GRPO)
+    the panel is played a second time with them (`val_skills/...`), as the authors validate twice."""
     c = self.c
     records, outcomes, stats = validate(self.val_engine, params, self.panel, c.validation.attempts,
                                         validation_key(c), validation_sampling(c))
     metrics = {f"val/{k}": v for k, v in episode_metrics(records).items()}
     metrics["val/time_s"] = stats["env_s"] + stats["generate_s"]
+    if self.objective.student_skills:
+      context, _ = self.skills.prompt_context([p for p in self.panel for _ in range(c.validation.attempts)],
+                                              VALIDATION_STREAM)
+      records, _, _ = validate(self.val_engine, params, self.panel, c.validation.attempts, validation_key(c),
+                               validation_sampling(c), context=context)
+      metrics.update({f"val_skills/{k}": v for k, v in episode_metrics(records).items()})
+      self.skills.take_hits()  # validation's retrievals are not the training batch's
     self.log.log(iteration, metrics, phase="val")
     return dict(metrics=metrics, outcomes=outcomes)
 
   def checkpoint(self, state, iteration: int, val: Dict, **extra):
-    """Saves `state` with the validation's metrics and outcomes; `extra` joins the record (e.g. the OPD scheduler)."""
+    """Saves `state` with the validation's metrics and outcomes; `extra` joins the record (e.g. the OPD scheduler,
+    the skill retriever's state: a UCB bandit resumes where it was)."""
+    if self.skills is not None:
+      extra = dict(extra, skills=self.skills.state_dict())
     self.pool.save(iteration, {"params": state.params, "opt_state": state.opt_state, "step": state.step},
                    metrics=val["metrics"], outcomes=val["outcomes"], config=json.loads(self.c.to_json_best_effort()),
                    extra={"iteration": iteration, **extra})
+
+  def restore_extra(self, step: int) -> Dict:
+    """The `extra` record of checkpoint `step`, with the skill retriever's state put back."""
+    extra = self.pool.metadata(step)["extra"] or {}
+    if self.skills is not None and "skills" in extra:
+      self.skills.load_state_dict(extra["skills"])
+    return extra
 
   def advantages(self, samples: Sequence[Sample], num_groups: int) -> Tuple[jnp.ndarray, List[float]]:
     """(step scores, GRPO advantages) of an iteration's step samples: episode reward minus the invalid-action
@@ -239,17 +307,37 @@ class Run:
     tasks = data.iteration_tasks(self.train_games, c.grpo.tasks_per_iteration, c.seed, iteration)
     envs, groups = group_tasks(tasks, c.grpo.group_size)
     sampling = SamplingParams(temperature=c.rollout.temperature, top_p=c.rollout.top_p, top_k=c.rollout.top_k)
+    context, student_skills = (self.skills.prompt_context(envs, iteration) if self.objective.student_skills
+                               else (None, None))
     rollout = self.train_engine.run(state.params, envs, envs, groups, jax.random.fold_in(self.key, iteration),
-                                    sampling)
+                                    sampling, context=context)
     samples = rollout.samples
     t1 = time.perf_counter()
     scores, advantages = self.advantages(samples, len(tasks))
     trained = samples
     if c.grpo.filter_groups:
       trained, advantages = informative_samples(samples, advantages, len(tasks))
+    metrics: Dict[str, float] = {}
+    signals = None
+    if self.teacher is not None and trained:
+      signals, used = self.teacher.signals(state.params, trained, tasks, iteration,
+                                           top_k=self.objective.teacher_top_k(self.loss_cfg),
+                                           temperature=c.rollout.temperature, pack_width=c.pack_width,
+                                           rows_per_call=c.grpo.micro_batch_size, mesh=self.mesh)
+      metrics.update(signal_metrics(trained, signals, self.loss_cfg.gate_beta))
+      metrics["time/teacher_s"] = time.perf_counter() - t1
+      if self.skills is not None:
+        self.skills.update(episode_skills(trained, used))
+    if student_skills is not None:
+      won = {ep.traj_id: float(ep.won) for ep in rollout.episodes}
+      self.skills.update({e: (names, won[e]) for e, names in student_skills.items()})
+    if self.skills is not None:
+      metrics.update({f"skills/hits/{name}": n for name, n in self.skills.take_hits().items()})
     # No informative group (filter_groups): the iteration makes no update, as DAPO skips an empty batch.
     minibatches = (make_minibatches(trained, advantages, c.grpo.mini_batch_size, c.grpo.micro_batch_size,
-                                    c.pack_width, mesh=self.mesh) if trained else [])
+                                    c.pack_width, mesh=self.mesh, teacher=signals) if trained else [])
+    if self.objective.prepare is not None:
+      minibatches = [self.objective.prepare(b, self.loss_cfg, iteration) for b in minibatches]
     t2 = time.perf_counter()
     updates = []
     for minibatch in minibatches:
@@ -257,7 +345,7 @@ class Run:
       updates.append({k: float(v) for k, v in m.items()})
     t3 = time.perf_counter()
     played = [episode_record(ep) for ep in rollout.episodes if not ep.env_failed]
-    metrics = {f"episode/{k}": v for k, v in episode_metrics(played).items()}
+    metrics.update({f"episode/{k}": v for k, v in episode_metrics(played).items()})
     if updates:
       metrics.update({f"actor/{k}": v for k, v in _mean_metrics(updates).items()})
       # On the first mini-batch the policy still equals the sampler's, so this is the sampler<->trainer drift.
@@ -293,7 +381,7 @@ def train(c) -> Dict:
     latest = run.pool.latest_step()
     if latest is None:
       run.log.truncate_after(-1)  # lines of an attempt that crashed before its first checkpoint are redone
-      params = run.sft() if c.sft.steps else jax.tree.map(jnp.copy, run.init_params)
+      params = run.warm_start()
       state = init_state(params, run.optimizer, jax.tree.map(jnp.copy, params) if run.use_reference else None,
                          run.mesh, run.model)
       run.checkpoint(state, 0, run.validate(state.params, 0))
@@ -305,6 +393,7 @@ def train(c) -> Dict:
       reference = run.pool.restore_params(0, template.params) if run.use_reference else None
       state = template.replace(params=saved["params"], opt_state=saved["opt_state"], step=saved["step"],
                                reference_params=reference)
+      run.restore_extra(latest)
       run.log.truncate_after(latest, phases=("train", "val"))  # SFT ended before checkpoint 0: its lines stay
       start = latest + 1
       logger.info("resumed from step %d of %s", latest, run.pool.directory)

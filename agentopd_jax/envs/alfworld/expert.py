@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Sequence
 
 from agentopd_jax.envs.alfworld.engine_fast import FastEngine
 
@@ -153,10 +153,13 @@ def solve(env: FastEngine) -> List[str]:
   return Expert(env).plan(env)
 
 
-def explore_then_solve(env: FastEngine, seed: int = 0, max_len: int = 60) -> List[str]:
+def explore_then_solve(env: FastEngine, seed: int = 0, max_len: int = 60, first: Sequence[str] = (),
+                       skip_destination: bool = False) -> List[str]:
   """A demonstration a text-only policy can imitate: search receptacles in a random order (opening closed ones)
   until the task object is in view, take it with the expert, search again for a lamp in a look task, and let the
-  expert finish.
+  expert finish. `first`: receptacle names searched before the others, in that order (those the room lacks are
+  skipped); `skip_destination`: the object search passes over receptacles of the goal's destination type. Together
+  they play what the shipped ALFWorld skills say ("Tables First", "Skip the Destination").
 
   `solve` walks straight to the hidden object, which a policy that only reads observations cannot know; imitating it
   teaches "go somewhere, then take", not "take what you see". Here every `take` and `use` follows an observation that
@@ -167,6 +170,7 @@ def explore_then_solve(env: FastEngine, seed: int = 0, max_len: int = 60) -> Lis
   by_name = {w.names[r]: r for r in w.rtype}
   order = sorted(by_name)
   rng.shuffle(order)
+  order = [n for n in first if n in by_name] + [n for n in order if n not in first]
 
   def names_of(type_const: str) -> List[str]:
     return [w.names[o] for o, t in w.otype.items() if t == type_const]
@@ -197,6 +201,8 @@ def explore_then_solve(env: FastEngine, seed: int = 0, max_len: int = 60) -> Lis
     while not done() and len(actions) < max_len:
       act(expert.next_action(sim))
 
+  if skip_destination and not expert.goal.look:
+    order = [n for n in order if w.rtype[by_name[n]] != expert.goal.target_type]
   search(names_of(expert.goal.obj_type))
   follow_until(lambda: bool(sim.held) or sim.won)
   if expert.goal.look and not sim.won:

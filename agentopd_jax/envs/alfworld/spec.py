@@ -1,4 +1,5 @@
-"""ALFWorld's run spec (`envs.registry`): game files as tasks, `AlfworldEnv` workers, `AlfworldText`, two experts.
+"""ALFWorld's run spec (`envs.registry`): game files as tasks, `AlfworldEnv` workers, `AlfworldText`, two experts,
+SDAR's skill bank (typed by game file).
 
 Tasks are game files: `env.data_root` (ours or the real download), or with none, games generated deterministically
 from `env.generate_seed` into the cache, so the default run needs no download and its task set is fixed across run
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from agentopd_jax.envs.alfworld.text import AlfworldText
-from agentopd_jax.envs.registry import EnvSpec, register
+from agentopd_jax.envs.registry import EnvSpec, SkillSpec, register, shipped_skill_bank
 
 
 def cache_dir() -> Path:
@@ -54,7 +55,11 @@ def games(env_cfg) -> Tuple[List[str], List[str]]:
   return train, valid
 
 
-EXPERTS = ("explorer", "planner")
+EXPERTS = ("explorer", "planner", "skilled_explorer")
+# The search order the shipped skills teach in the CPU default's room (scene 225), "Tables First": the main table,
+# coffeetable 2, where task objects usually start, then sidetable 1 (their start when a coffeetable is the goal; the
+# destination's type is never searched), then the other tables.
+SKILLED_FIRST = ("coffeetable 2", "sidetable 1", "coffeetable 1", "diningtable 1")
 
 
 def expert_actions(gamefile: str, expert: str = "planner") -> List[str]:
@@ -62,6 +67,8 @@ def expert_actions(gamefile: str, expert: str = "planner") -> List[str]:
 
   "explorer" (`explore_then_solve`): searches until the object is in view, so a text-only policy can imitate it.
   "planner": the stored walkthrough (the privileged planner's plan: it walks straight to the hidden object).
+  "skilled_explorer": the explorer doing what the shipped skills say: the main table, then the other tables, never
+  searching the destination's type for the object (the demonstrations of skill-in-context warm starts).
   """
   from agentopd_jax.envs.alfworld.engine_fast import FastEngine
   from agentopd_jax.envs.alfworld.expert import explore_then_solve, solve
@@ -76,6 +83,8 @@ def expert_actions(gamefile: str, expert: str = "planner") -> List[str]:
   engine.reset()
   if expert == "planner":
     return solve(engine)
+  if expert == "skilled_explorer":
+    return explore_then_solve(engine, seed=zlib.crc32(gamefile.encode()), first=SKILLED_FIRST, skip_destination=True)
   return explore_then_solve(engine, seed=zlib.crc32(gamefile.encode()))
 
 
@@ -85,6 +94,12 @@ def worker(env_cfg, max_steps: Optional[int] = None):
   return functools.partial(AlfworldEnv, env_cfg.engine, **({} if max_steps is None else {"max_steps": max_steps}))
 
 
+def skill_query(gamefile: str) -> dict:
+  """SDAR types an ALFWorld task by its game file's path (the task type names the game's folder)."""
+  return {"gamefile": gamefile}
+
+
 SPEC = register(EnvSpec(
     name="alfworld", tasks=games, worker=worker, text_env=AlfworldText, experts=EXPERTS,
-    expert=lambda env_cfg, name: functools.partial(expert_actions, expert=name)))
+    expert=lambda env_cfg, name: functools.partial(expert_actions, expert=name),
+    skills=SkillSpec(bank=shipped_skill_bank("alfworld"), rule="gamefile", query=skill_query)))

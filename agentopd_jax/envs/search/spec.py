@@ -1,4 +1,5 @@
-"""Search-QA's run spec (`envs.registry`): questions as tasks, `SearchEnv` workers, `SearchText`, the oracle searcher.
+"""Search-QA's run spec (`envs.registry`): questions as tasks, `SearchEnv` workers, `SearchText`, the oracle searcher,
+SDAR's skill bank (typed by data source).
 
 Questions come from the bundled encyclopedia's train/test splits (`env.world_seed`) or Search-R1's files
 (`env.train_file`, `env.test_file`); the built-in tokenizer learns the corpus and the training questions.
@@ -10,7 +11,7 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-from agentopd_jax.envs.registry import EnvSpec, register
+from agentopd_jax.envs.registry import EnvSpec, SkillSpec, register, shipped_skill_bank
 from agentopd_jax.envs.search.text import SearchText
 
 TOKENIZER_MAX_DOCS = 50_000  # a real wiki-18 corpus has 21 M passages; its first ones are plenty for a small BPE
@@ -66,6 +67,12 @@ def tokenizer_corpus(env_cfg) -> Tuple[List[str], List[str]]:
   return [d["contents"] for d in docs] + [t.question for t in questions(env_cfg)[0]], []
 
 
+def skill_query(task) -> dict:
+  """SDAR types a question by its data source first (and by its prompt's words where that does not decide)."""
+  return {"data_source": task.data_source}
+
+
 SPEC = register(EnvSpec(
     name="search", tasks=questions, worker=worker, text_env=SearchText, experts=("oracle",),
-    expert=lambda env_cfg, name: functools.partial(_oracle, env_kwargs(env_cfg)), tokenizer_corpus=tokenizer_corpus))
+    expert=lambda env_cfg, name: functools.partial(_oracle, env_kwargs(env_cfg)), tokenizer_corpus=tokenizer_corpus,
+    skills=SkillSpec(bank=shipped_skill_bank("search"), rule="search", query=skill_query)))

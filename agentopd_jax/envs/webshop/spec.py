@@ -1,4 +1,5 @@
-"""WebShop's run spec (`envs.registry`): goal indices as tasks, `WebshopEnv` workers, `WebshopText`, two shoppers.
+"""WebShop's run spec (`envs.registry`): goal indices as tasks, `WebshopEnv` workers, `WebshopText`, two shoppers,
+SDAR's skill bank (typed by prompt keywords).
 
 The shop is a generated catalogue (`env.num_products`, `env.catalog_seed`) or WebShop's own files (`env.data_dir`);
 verl-agent validates on goals [0, 500) and trains on the rest. The built-in tokenizer learns the catalogue, with every
@@ -9,7 +10,7 @@ from __future__ import annotations
 import functools
 from typing import List, Optional, Tuple
 
-from agentopd_jax.envs.registry import EnvSpec, register
+from agentopd_jax.envs.registry import EnvSpec, SkillSpec, no_skill_query, register, shipped_skill_bank
 from agentopd_jax.envs.webshop.text import WebshopText
 
 
@@ -67,4 +68,6 @@ def tokenizer_corpus(env_cfg) -> Tuple[List[str], List[str]]:
 SPEC = register(EnvSpec(
     name="webshop", tasks=goals, worker=worker, text_env=WebshopText, experts=EXPERTS,
     expert=lambda env_cfg, name: functools.partial(_shopper, shop_args(env_cfg), name),
-    text_options=lambda env_cfg: {"reward": env_cfg.reward}, tokenizer_corpus=tokenizer_corpus))
+    text_options=lambda env_cfg: {"reward": env_cfg.reward}, tokenizer_corpus=tokenizer_corpus,
+    # SDAR types a WebShop task by keywords of its prompt alone (goal indices carry nothing it reads).
+    skills=SkillSpec(bank=shipped_skill_bank("webshop"), rule="keywords", query=no_skill_query)))

@@ -1,0 +1,293 @@
+"""SDAR and its baselines (methods.md §4): distillation from the policy's own view with the retrieved skills.
+
+The teacher is the rollout-time policy π_old reading the skill text c⁺ ⊕ the step prompt. It is scored once per
+batch before the update (`scoring.teacher_signals`), so its outputs are constants the batch carries:
+`TrainBatch.teacher_logprobs` [B, T] = log π_T(y_t | s_t⁺), and, for the top-k divergences, the teacher's top-k
+`teacher_topk_ids` / `teacher_topk_logprobs` [B, T, k], at whose ids the train step's scoring returns the live
+policy's `Scores.policy_gathered_logprobs`. `Scores.teacher_*` (a checkpoint teacher scored per micro-batch) is
+never read here, and every objective runs GRPO's branches: no teacher forward per micro-batch.
+
+  sdar        L = pg_loss_coef·L_GRPO − c_ent·H + β_KL·KL + sdar_coef·L_SDAR   (gated self-distillation)
+  grpo_opsd   sdar with gate_beta = 0, so g ≡ ½: the ungated OPSD term added to GRPO
+  opsd        sdar with pg_loss_coef = 0: the gated OPSD term alone (+ KL, entropy)
+  rlsd        GRPO with teacher-reweighted advantages (`rlsd_advantages`, applied host-side by `rlsd_prepare`)
+  skill_sd    L_GRPO + skill_sd_coef·agg(ρ_on·k3)
+  skill_grpo  GRPO with the skills in the student's own prompt (the rollout's side: `Objective.student_skills`)
+
+Metrics are micro-batch contributions (see `objectives.registry`).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Tuple
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from agentopd_jax.objectives.losses import Normalizer, agg_loss, require_score, token_share
+from agentopd_jax.objectives.registry import (SDAR_GATES, LossConfig, Metrics, Objective, grpo_branches, grpo_loss,
+                                              register_objective)
+from agentopd_jax.rollout.batch import TrainBatch
+from agentopd_jax.scoring.fused import Scores
+
+_SDL_EXP_CLAMP = 20.0   # Skill-SD clamps −ℓ at 20 before exp (k3)
+_SDL_RATIO_CLAMP = 10.0  # and log ρ_on at 10
+
+
+def require_teacher_signal(array: Optional[jnp.ndarray], what: str, why: str):
+  """`array` (a `TrainBatch` teacher field), or one clear error naming it."""
+  if array is None:
+    raise ValueError(f"{why} needs batch.{what}, which is None (the trainer scores it once per batch when "
+                     "objective.teacher_top_k is set)")
+  return array
+
+
+# ---------------------------------------------------------------- SDAR gates and divergences
+
+
+def sdar_gate(gap: jnp.ndarray, entropy: Optional[jnp.ndarray], beta: float, kind: str) -> jnp.ndarray:
+  """Per-token gate g_t of the distillation term, [B, T], stop-gradient:
+
+    gap:      g = σ(β·Δ_t),  Δ_t = log π_T(y_t | s_t⁺) − sg[log π_θ(y_t | s_t)]     (SDAR, the released code)
+    entropy:  g = σ(β·h_t),  h_t = H(π_θ(· | s_t)), the student's token entropy
+    soft_or:  g = 1 − (1 − g_gap)(1 − g_entropy)
+
+  The gap gate distils where the teacher endorses the student's token (Δ > 0) and fades where it rejects it (bad
+  retrieval, drift). The entropy and soft-OR gates are paper ablations without released code; which entropy they
+  use is unknown, and we take the student's ("distil where the student is uncertain"; h ≥ 0, so g ∈ [½, 1)).
+  Stop-gradient: the gate weighs the loss and is not optimised itself (θ could otherwise lower the loss by moving Δ
+  or h instead of log π_θ(y_t)). β = 0 gives g ≡ ½ for the gap and entropy gates.
+  """
+  chex.assert_rank(gap, 2)
+  if kind not in SDAR_GATES:
+    raise ValueError(f"sdar_gate: kind must be one of {SDAR_GATES}, got {kind!r}")
+  if kind != "gap":
+    entropy = require_score(entropy, "policy_entropy", f"sdar_gate={kind!r}")
+    chex.assert_equal_shape([gap, entropy])
+  g_gap = jax.nn.sigmoid(beta * gap)
+  if kind == "gap":
+    return jax.lax.stop_gradient(g_gap)
+  g_entropy = jax.nn.sigmoid(beta * entropy)
+  if kind == "entropy":
+    return jax.lax.stop_gradient(g_entropy)
+  return jax.lax.stop_gradient(1.0 - (1.0 - g_gap) * (1.0 - g_entropy))
+
+
+def sampled_reverse_kl(teacher_logprobs: jnp.ndarray, policy_logprobs: jnp.ndarray, mask: jnp.ndarray) -> jnp.ndarray:
+  """SDAR's per-token term on the student's sampled token, [B, T]:  ℓ_t = sg[log π_T(y_t)] − log π_θ(y_t).
+
+  On y_t ~ π_θ, ℓ_t is the single-sample estimate of −KL(π_θ ‖ π_T) (the reverse KL, negated). Its gradient is
+  −∇log π_θ(y_t), so g_t·ℓ_t is a gated NLL on the student's own samples: with a stop-gradient gate,
+  ∇agg(g·ℓ) = −agg(g_t ∇log π_θ(y_t)). Zero off the mask.
+  """
+  chex.assert_rank([teacher_logprobs, policy_logprobs, mask], 2)
+  chex.assert_equal_shape([teacher_logprobs, policy_logprobs, mask])
+  return jnp.where(mask > 0, jax.lax.stop_gradient(teacher_logprobs) - policy_logprobs, 0.0)
+
+
+def _topk_log_dists(policy_topk_logprobs: jnp.ndarray, teacher_topk_logprobs: jnp.ndarray,
+                    mask: jnp.ndarray) -> Tuple[jnp.ndarray, jnp.ndarray]:
+  """log q̃_θ, log p̃_T: both renormalised on the teacher's top-k ids; off-mask rows become uniform (finite)."""
+  chex.assert_rank([policy_topk_logprobs, teacher_topk_logprobs], 3)
+  chex.assert_rank(mask, 2)
+  chex.assert_equal_shape([policy_topk_logprobs, teacher_topk_logprobs])
+  chex.assert_equal_shape_prefix([policy_topk_logprobs, mask], 2)
+  on = (mask > 0)[..., None]
+  student = jnp.where(on, policy_topk_logprobs.astype(jnp.float32), 0.0)
+  teacher = jnp.where(on, jax.lax.stop_gradient(teacher_topk_logprobs).astype(jnp.float32), 0.0)
+  return jax.nn.log_softmax(student, axis=-1), jax.nn.log_softmax(teacher, axis=-1)
+
+
+def topk_forward_kl(policy_topk_logprobs: jnp.ndarray, teacher_topk_logprobs: jnp.ndarray,
+                    mask: jnp.ndarray) -> jnp.ndarray:
+  """Forward KL on the teacher's top-k support, [B, T, k] × 2 → [B, T]:
+
+    p̃_T = sg[softmax_k(log π_T(v_k | s_t⁺))],  q̃_θ = softmax_k(log π_θ(v_k | s_t)),  v_1..v_k = top-k of π_T
+    ℓ_t = KL(p̃_T ‖ q̃_θ) = Σ_k p̃_T,k (log p̃_T,k − log q̃_θ,k)
+
+  Renormalised because only the k teacher ids are scored: the tail mass of either model is unknown, and on the
+  common support both are proper distributions (ℓ ≥ 0, 0 iff they agree there). Mass-covering: ∂ℓ/∂log π_θ(v_j) =
+  q̃_j − p̃_j pulls up every id the teacher likes. Only the policy gets gradients. Zero off the mask.
+  """
+  log_q, log_p = _topk_log_dists(policy_topk_logprobs, teacher_topk_logprobs, mask)
+  loss = jnp.sum(jnp.exp(log_p) * (log_p - log_q), axis=-1)
+  return jnp.where(mask > 0, loss, 0.0)
+
+
+def topk_jsd(policy_topk_logprobs: jnp.ndarray, teacher_topk_logprobs: jnp.ndarray, mask: jnp.ndarray) -> jnp.ndarray:
+  """Jensen–Shannon divergence on the teacher's top-k support (same p̃_T, q̃_θ as `topk_forward_kl`), [B, T]:
+
+    M = ½(p̃_T + q̃_θ),   ℓ_t = ½ KL(p̃_T ‖ M) + ½ KL(q̃_θ ‖ M)      (in nats, 0 ≤ ℓ ≤ ln 2)
+
+  Symmetric and bounded, so one token where the two disagree completely cannot dominate the loss. log M is a
+  logaddexp, stable for any inputs. Only the policy gets gradients. Zero off the mask.
+  """
+  log_q, log_p = _topk_log_dists(policy_topk_logprobs, teacher_topk_logprobs, mask)
+  log_m = jnp.logaddexp(log_p, log_q) - jnp.log(2.0)
+  loss = 0.5 * jnp.sum(jnp.exp(log_p) * (log_p - log_m) + jnp.exp(log_q) * (log_q - log_m), axis=-1)
+  return jnp.where(mask > 0, loss, 0.0)
+
+
+# ---------------------------------------------------------------- SDAR and its ablation baselines
+
+
+def sdar_loss(scores: Scores, batch: TrainBatch, cfg: LossConfig, norm: Normalizer) -> Tuple[jnp.ndarray, Metrics]:
+  """SDAR actor loss over one micro-batch (methods.md §4.1; GRPO's advantages untouched by the teacher):
+
+    L = pg_loss_coef·L_GRPO − c_ent·H + β_KL·KL(π_θ ‖ π_ref) + λ·L_SDAR,   L_SDAR = agg(g_t·ℓ_t)
+
+  λ = sdar_coef, g_t = `sdar_gate` (β = gate_beta), ℓ_t by sdar_divergence: `sampled_reverse_kl` (default, the
+  released code), `topk_forward_kl` or `topk_jsd` over the teacher's top-k (paper ablations). Δ_t uses the live
+  policy log-prob, as in the reference's micro-batch loop.
+
+  Metrics (contributions): GRPO's, plus sdar/loss (L_SDAR before λ), sdar/gate_mean, sdar/gate_active_ratio (share of
+  loss tokens with g > ½), sdar/teacher_gap_mean (mean Δ_t, live θ).
+  """
+  mask = batch.loss_mask.astype(jnp.float32)
+  why = f"objective {cfg.objective!r}"
+  teacher = jax.lax.stop_gradient(require_teacher_signal(batch.teacher_logprobs, "teacher_logprobs", why))
+  logprobs = require_score(scores.policy_logprobs, "policy_logprobs", why)
+  loss, metrics = grpo_loss(scores, batch, cfg, norm)
+  gap = jnp.where(mask > 0, teacher - jax.lax.stop_gradient(logprobs), 0.0)
+  gate = sdar_gate(gap, scores.policy_entropy, cfg.gate_beta, cfg.sdar_gate)
+  if cfg.sdar_divergence == "reverse_kl":
+    per_token = sampled_reverse_kl(teacher, logprobs, mask)
+  else:
+    why = f"{why} (sdar_divergence={cfg.sdar_divergence!r})"
+    require_teacher_signal(batch.teacher_topk_ids, "teacher_topk_ids", why)
+    teacher_topk = require_teacher_signal(batch.teacher_topk_logprobs, "teacher_topk_logprobs", why)
+    policy_topk = require_score(scores.policy_gathered_logprobs, "policy_gathered_logprobs", why)
+    if teacher_topk.shape[-1] != cfg.distill_top_k:
+      raise ValueError(f"{why}: the batch carries the teacher's top-{teacher_topk.shape[-1]} but "
+                       f"LossConfig.distill_top_k={cfg.distill_top_k}")
+    divergence = topk_forward_kl if cfg.sdar_divergence == "topk_forward_kl" else topk_jsd
+    per_token = divergence(policy_topk, teacher_topk, mask)
+  sdar = agg_loss(gate * per_token, mask, cfg.loss_agg_mode, norm)
+  metrics.update({
+      "sdar/loss": sdar,
+      "sdar/gate_mean": token_share(gate, mask, norm),
+      "sdar/gate_active_ratio": token_share((gate > 0.5).astype(jnp.float32), mask, norm),
+      "sdar/teacher_gap_mean": token_share(gap, mask, norm),
+  })
+  return loss + cfg.sdar_coef * sdar, metrics
+
+
+def grpo_opsd_loss(scores: Scores, batch: TrainBatch, cfg: LossConfig, norm: Normalizer):
+  """SDAR's GRPO+OPSD baseline: `sdar_loss` with gate_beta = 0, so g ≡ ½ on every token (no gating)."""
+  return sdar_loss(scores, batch, dataclasses.replace(cfg, gate_beta=0.0), norm)
+
+
+def opsd_loss(scores: Scores, batch: TrainBatch, cfg: LossConfig, norm: Normalizer):
+  """SDAR's OPSD baseline: `sdar_loss` with pg_loss_coef = 0 (the gated distillation term, KL and entropy only)."""
+  return sdar_loss(scores, batch, dataclasses.replace(cfg, pg_loss_coef=0.0), norm)
+
+
+def sdar_teacher_top_k(cfg: LossConfig) -> int:
+  """The sampled-token reverse KL reads only log π_T(y_t); the top-k divergences the teacher's top-distill_top_k."""
+  return 0 if cfg.sdar_divergence == "reverse_kl" else cfg.distill_top_k
+
+
+def sampled_token_only(cfg: LossConfig) -> int:
+  del cfg
+  return 0
+
+
+def _grpo_opsd_check(cfg: LossConfig) -> None:
+  if cfg.sdar_gate != "gap":
+    raise ValueError(f"objective 'grpo_opsd' is SDAR without gating (β = 0, g ≡ ½), which only the gap gate gives: "
+                     f"LossConfig.sdar_gate must be 'gap', got {cfg.sdar_gate!r}")
+
+
+# ---------------------------------------------------------------- RLSD
+
+
+def rlsd_lambda(cfg: LossConfig, iteration: int) -> float:
+  """RLSD's mixing weight at a 1-based GRPO iteration i, W = rlsd_warmdown_steps:
+
+    λ_i = rlsd_lambda · max(0, 1 − (i − 1) / W)
+
+  so iteration 1 gets λ_0, iteration W/2 + 1 gets λ_0/2, and from iteration W + 1 on λ = 0 (plain GRPO). The
+  reference trainer evaluates λ_0(1 − step/W) at its first step = 1, i.e. the same line one iteration later; we start
+  at λ_0 as the paper's "λ decays linearly from λ_0 to 0" reads.
+  """
+  if isinstance(iteration, bool) or not isinstance(iteration, (int, np.integer)) or iteration < 1:
+    raise ValueError(f"rlsd_lambda: iteration is 1-based, got {iteration!r}")
+  return cfg.rlsd_lambda * max(0.0, 1.0 - (iteration - 1) / cfg.rlsd_warmdown_steps)
+
+
+def rlsd_advantages(advantages, teacher_logprobs, old_logprobs, mask, lam: float, eps_w: float) -> np.ndarray:
+  """RLSD token advantages (`rlsd_utils.compute_rlsd_token_advantage`), host numpy, any matching shapes:
+
+    Δ_t = log π_T(y_t) − log π_old(y_t),   w_t = clip(exp(sign(A_t)·Δ_t), 1 − ε_w, 1 + ε_w)
+    Â_t = A_t·((1 − λ) + λ·w_t)                                         (0 off the mask)
+
+  The verifier's sign is kept (w > 0); the teacher only redistributes credit within a sample: on a success
+  (A > 0) tokens it endorses (Δ > 0) get more, on a failure (A < 0) they are penalised less (exp(−Δ) < 1). The clip
+  bounds any token's reweighting to ±ε_w. A = 0 stays 0. Both log-probs are batch constants, so Â is too.
+  """
+  a = np.asarray(advantages, np.float32)
+  delta = np.asarray(teacher_logprobs, np.float32) - np.asarray(old_logprobs, np.float32)
+  weight = np.clip(np.exp(np.sign(a) * delta), 1.0 - eps_w, 1.0 + eps_w)
+  return np.where(np.asarray(mask) > 0, a * ((1.0 - lam) + lam * weight), 0.0).astype(np.float32)
+
+
+def rlsd_prepare(minibatch: TrainBatch, cfg: LossConfig, iteration: int) -> TrainBatch:
+  """RLSD's host-side step: the mini-batch with `rlsd_advantages` at λ = `rlsd_lambda(cfg, iteration)` in place of
+  its GRPO advantages; the loss is then plain `grpo_loss`. (The trainer logs λ itself, from `rlsd_lambda`.)"""
+  teacher = require_teacher_signal(minibatch.teacher_logprobs, "teacher_logprobs", "objective 'rlsd'")
+  return minibatch.replace(advantages=rlsd_advantages(minibatch.advantages, teacher, minibatch.old_logprobs,
+                                                      minibatch.loss_mask, rlsd_lambda(cfg, iteration),
+                                                      cfg.rlsd_eps_w))
+
+
+# ---------------------------------------------------------------- Skill-SD
+
+
+def skill_sd_per_token(policy_logprobs: jnp.ndarray, teacher_logprobs: jnp.ndarray, old_logprobs: jnp.ndarray,
+                       mask: jnp.ndarray) -> jnp.ndarray:
+  """Skill-SD's self-distillation term (`skillsd_utils.compute_sdl_loss`), per token [B, T]:
+
+    ℓ = log π_θ(y_t) − sg[log π_T(y_t)],   k3 = exp(min(−ℓ, 20)) − 1 + ℓ,   ρ_on = exp(min(log π_θ − sg[log π_old], 10))
+    term = ρ_on · k3
+
+  k3 ≥ 0 estimates KL(π_θ ‖ π_T) on y_t ~ π_old; ρ_on is the importance ratio from the sampler, and it is not
+  detached (as in the reference): the gradient is ρ_on·k3 + ρ_on·(1 − e^{−ℓ}) per unit of ∇log π_θ(y_t) where no
+  clamp is active. Zero off the mask.
+  """
+  chex.assert_rank([policy_logprobs, teacher_logprobs, old_logprobs, mask], 2)
+  chex.assert_equal_shape([policy_logprobs, teacher_logprobs, old_logprobs, mask])
+  ell = policy_logprobs - jax.lax.stop_gradient(teacher_logprobs)
+  k3 = jnp.exp(jnp.minimum(-ell, _SDL_EXP_CLAMP)) - 1.0 + ell
+  rho = jnp.exp(jnp.minimum(policy_logprobs - jax.lax.stop_gradient(old_logprobs), _SDL_RATIO_CLAMP))
+  return jnp.where(mask > 0, rho * k3, 0.0)
+
+
+def skill_sd_loss(scores: Scores, batch: TrainBatch, cfg: LossConfig,
+                  norm: Normalizer) -> Tuple[jnp.ndarray, Metrics]:
+  """Skill-SD baseline (methods.md §4.1 table): L = L_GRPO(+ KL, entropy) + skill_sd_coef·agg(ρ_on·k3).
+  Metric skillsd/loss: agg(ρ_on·k3) before its coefficient."""
+  mask = batch.loss_mask.astype(jnp.float32)
+  teacher = require_teacher_signal(batch.teacher_logprobs, "teacher_logprobs", "objective 'skill_sd'")
+  logprobs = require_score(scores.policy_logprobs, "policy_logprobs", "objective 'skill_sd'")
+  loss, metrics = grpo_loss(scores, batch, cfg, norm)
+  sdl = agg_loss(skill_sd_per_token(logprobs, teacher, batch.old_logprobs, mask), mask, cfg.loss_agg_mode, norm)
+  metrics["skillsd/loss"] = sdl
+  return loss + cfg.skill_sd_coef * sdl, metrics
+
+
+# ---------------------------------------------------------------- registration
+
+register_objective("sdar", Objective(name="sdar", loss_fn=sdar_loss, branches=grpo_branches,
+                                     teacher_top_k=sdar_teacher_top_k))
+register_objective("grpo_opsd", Objective(name="grpo_opsd", loss_fn=grpo_opsd_loss, branches=grpo_branches,
+                                          check=_grpo_opsd_check, teacher_top_k=sdar_teacher_top_k))
+register_objective("opsd", Objective(name="opsd", loss_fn=opsd_loss, branches=grpo_branches,
+                                     teacher_top_k=sdar_teacher_top_k))
+register_objective("rlsd", Objective(name="rlsd", loss_fn=grpo_loss, branches=grpo_branches,
+                                     teacher_top_k=sampled_token_only, prepare=rlsd_prepare))
+register_objective("skill_sd", Objective(name="skill_sd", loss_fn=skill_sd_loss, branches=grpo_branches,
+                                         teacher_top_k=sampled_token_only))
+register_objective("skill_grpo", Objective(name="skill_grpo", loss_fn=grpo_loss, branches=grpo_branches,
+                                           student_skills=True))

@@ -1,0 +1,147 @@
+"""SDAR and its baselines through the GRPO trainer on generated ALFWorld games: the teacher is scored once per sample
+and iteration with the rollout-time params, the batch carries its log-probs, a UCB retriever resumes where it was,
+and every teacher the scoring step knows (the privileged self, a pool checkpoint, a pool checkpoint with skills) runs
+the same gate and divergences."""
+import importlib.util
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+pytest.importorskip("alfworld", reason="generating games needs the alfworld wheel's domain files ([envs] extra)")
+
+from agentopd_jax.envs.alfworld import generator  # noqa: E402
+from agentopd_jax.models import config as model_config, transformer  # noqa: E402
+from agentopd_jax.objectives.registry import LossConfig, get_objective  # noqa: E402
+from agentopd_jax.scoring.fused import ScoreConfig  # noqa: E402
+from agentopd_jax.teachers import privileged  # noqa: E402
+from agentopd_jax.training import trainer  # noqa: E402
+from agentopd_jax.training.checkpoints import CheckpointPool  # noqa: E402
+from agentopd_jax.training.logging import read_metrics  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def games_root(tmp_path_factory):
+  root = str(tmp_path_factory.mktemp("alfworld"))
+  generator.generate(root, sizes={"train": 12, "valid_seen": 8})
+  return root
+
+
+def _config(variant, workdir, games_root, **overrides):
+  spec = importlib.util.spec_from_file_location("alfworld_config", os.path.join(ROOT, "configs", "alfworld.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  c = module.get_config(variant)
+  c.workdir = str(workdir)
+  c.env.data_root = games_root
+  c.env.num_workers = 1
+  c.mesh_shape = (8, 1, 1)
+  c.sft.update(dict(steps=2, demos=4, batch_size=8, micro_batch_size=8, max_demo_steps=50))
+  c.grpo.update(dict(iterations=2, tasks_per_iteration=2, group_size=2, mini_batch_size=16, micro_batch_size=8))
+  c.rollout.update(dict(max_steps=3, max_response_tokens=8))
+  c.validation.update(dict(num_tasks=4, attempts=1, every=1))
+  c.logging.update(dict(plot=False, tensorboard=False))
+  for key, value in overrides.items():
+    section, field = key.split("__")
+    c[section][field] = value
+  return c
+
+
+def _train_lines(workdir):
+  return [r for r in read_metrics(os.path.join(workdir, "logs")) if r["phase"] == "train"]
+
+
+@pytest.fixture(scope="module")
+def sdar_run(tmp_path_factory, games_root):
+  """A 2-iteration SDAR run with a UCB retriever, counting the teacher's scoring calls."""
+  calls = []
+  score = privileged.score_teacher
+
+  def counting(model, params, samples, **kw):
+    calls.append((len(samples), kw["top_k"]))
+    return score(model, params, samples, **kw)
+
+  workdir = tmp_path_factory.mktemp("sdar")
+  c = _config("sdar", workdir, games_root, skills__retrieval="ucb")
+  privileged.score_teacher = counting
+  try:
+    trainer.train(c)
+  finally:
+    privileged.score_teacher = score
+  return str(workdir), c, calls
+
+
+def test_teacher_is_scored_once_per_sample_per_iteration(sdar_run):
+  workdir, c, calls = sdar_run
+  lines = _train_lines(workdir)
+  assert [n for n, _ in calls] == [int(r["batch/trained_samples"]) for r in lines] and len(calls) == 2
+  assert all(k == 0 for _, k in calls)  # reverse KL needs only the sampled token's teacher log-prob
+  # The train step scores no teacher: the loss reads the batch's constants.
+  loss_cfg = trainer.config_dataclass(LossConfig, c.loss)
+  assert get_objective("sdar").score_config(loss_cfg, ScoreConfig()).teacher == "none"
+  for r in lines:
+    for key in ("actor/sdar/gate_mean", "actor/sdar/gate_active_ratio", "actor/sdar/teacher_gap_mean",
+                "teacher/gap_mean", "teacher/gap_std", "teacher/gap_turn0", "teacher/kl_turn0",
+                "teacher/gate_turn0", "time/teacher_s"):
+      assert key in r, key
+    # Every teacher prompt read the general skills and one task skill (UCB's arm).
+    hits = {k: v for k, v in r.items() if k.startswith("skills/hits/")}
+    assert hits.pop("skills/hits/general_skills") == r["batch/trained_samples"] == sum(hits.values())
+    assert 0.0 <= r["actor/sdar/gate_mean"] <= 1.0
+
+
+def _params(workdir, step):
+  with CheckpointPool(os.path.join(workdir, "checkpoints"), read_only=True) as pool:
+    return pool.restore_params(step, transformer.abstract_params(model_config.preset("tiny")))
+
+
+def test_resumed_run_matches_with_its_ucb_state(sdar_run, tmp_path, games_root):
+  workdir, _, _ = sdar_run
+  resumed = tmp_path / "resumed"
+  trainer.train(_config("sdar", resumed, games_root, skills__retrieval="ucb", grpo__iterations=1))
+  trainer.train(_config("sdar", resumed, games_root, skills__retrieval="ucb"))
+  for a, b in zip(jax.tree.leaves(_params(workdir, 2)), jax.tree.leaves(_params(str(resumed), 2))):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-6)
+  with CheckpointPool(os.path.join(workdir, "checkpoints"), read_only=True) as a, \
+       CheckpointPool(str(resumed / "checkpoints"), read_only=True) as b:
+    state_a, state_b = a.metadata(2)["extra"]["skills"], b.metadata(2)["extra"]["skills"]
+    assert state_a == state_b and state_a != a.metadata(1)["extra"]["skills"]  # it learned, and resumed exactly
+
+
+@pytest.mark.parametrize("source,context", [("pool", "plain"), ("pool", "skills")])
+def test_a_pool_checkpoint_teaches_through_the_same_gate(sdar_run, tmp_path, games_root, source, context):
+  workdir, _, _ = sdar_run
+  c = _config("sdar", tmp_path / "run", games_root, teacher__source=source, teacher__context=context,
+              teacher__pool_run=workdir, teacher__pool_step="0", grpo__iterations=1,
+              loss__sdar_divergence="topk_jsd")
+  c.warm_start_run = workdir
+  trainer.train(c)
+  (line,) = _train_lines(str(tmp_path / "run"))
+  # The student starts from the pool's step 0: on its own prompt that teacher is the student (gap ~ sampler drift).
+  if context == "plain":
+    assert abs(line["teacher/gap_mean"]) < 1e-4
+  else:
+    assert abs(line["teacher/gap_mean"]) > 1e-3
+  assert "actor/sdar/loss" in line
+
+
+@pytest.mark.parametrize("variant", ["rlsd", "skill_sd", "skill_grpo"])  # grpo_opsd, opsd: sdar's path
+def test_every_baseline_trains_from_one_warm_start(sdar_run, tmp_path, games_root, variant):
+  workdir, _, _ = sdar_run
+  c = _config(variant, tmp_path / "run", games_root, grpo__iterations=1)
+  c.warm_start_run = workdir
+  summary = trainer.train(c)
+  assert summary["steps"] == [0, 1]
+  for a, b in zip(jax.tree.leaves(_params(workdir, 0)), jax.tree.leaves(_params(str(tmp_path / "run"), 0))):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # the same warm start, no SFT
+  val = [r for r in read_metrics(str(tmp_path / "run" / "logs")) if r["phase"] == "val"]
+  assert all(("val_skills/success_rate" in r) == (variant == "skill_grpo") for r in val)
+  (line,) = _train_lines(str(tmp_path / "run"))
+  assert ("teacher/gap_mean" in line) == (variant != "skill_grpo")
+  assert np.isfinite(line["actor/loss"])
+  config = json.loads((tmp_path / "run" / "config.json").read_text())
+  assert config["loss"]["objective"] == variant
