@@ -44,7 +44,7 @@ def _direct(params, sample):
   return token_lp * np.asarray(sample.completion_mask), dists
 
 
-@pytest.mark.parametrize("pack_width,rows", [(0, 2), (128, 1), (128, 16)])
+@pytest.mark.parametrize("pack_width,rows", [(0, 2), (128, 1)])
 def test_scores_equal_a_direct_forward_per_sample(pack_width, rows):
   params = transformer.init_params(CONFIG, jax.random.key(0))
   samples = _samples()
