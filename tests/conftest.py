@@ -63,3 +63,22 @@ def pytest_sessionstart(session):
     missing = [m for m in ("textworld", "alfworld") if importlib.util.find_spec(m) is None]
     if missing:
       pytest.exit(f"CI: {missing} not installed; install the envs extra (pip install -e '.[test,envs]')", returncode=1)
+
+
+@pytest.fixture
+def tiny_scoring_batch():
+  """(a one-layer 64-token model config, a 2 x 8 `TrainBatch`: one full row and one padded row, loss on the
+  replies) for end-to-end checks of an objective through the real scorer."""
+  import jax.numpy as jnp
+  import numpy as np
+
+  from agentopd_jax.models import config as model_config
+  from agentopd_jax.rollout.batch import TrainBatch
+
+  model = model_config.preset("tiny", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=1,
+                              num_heads=2, num_kv_heads=1, head_dim=16)
+  tokens = jnp.asarray(np.random.default_rng(0).integers(1, 64, (2, 8)), jnp.int32)
+  mask = jnp.asarray([[0, 0, 0, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 0, 0, 0]], jnp.float32)
+  seg = jnp.asarray([[1] * 8, [1] * 5 + [0] * 3], jnp.int32)
+  return model, TrainBatch(tokens=tokens, segment_ids=seg, positions=jnp.tile(jnp.arange(8), (2, 1)) * seg,
+                           loss_mask=mask, advantages=jnp.zeros((2, 8)), old_logprobs=jnp.zeros((2, 8)))

@@ -340,25 +340,18 @@ def test_agentic_opd_score_config_checks_and_config_validation():
   assert batch.distill_mask is None
 
 
-def test_agentic_opd_end_to_end_through_scoring():
+def test_agentic_opd_end_to_end_through_scoring(tiny_scoring_batch):
   """The objective's score_config drives the real scorer: a teacher equal to the student gives zero OPD loss."""
-  from agentopd_jax.models import config as model_config, transformer
+  from agentopd_jax.models import transformer
   from agentopd_jax.scoring.fused import score
 
-  model = model_config.preset("tiny", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=1,
-                              num_heads=2, num_kv_heads=1, head_dim=16)
+  model, batch = tiny_scoring_batch
   student = transformer.init_params(model, jax.random.key(0))
   teacher = transformer.init_params(model, jax.random.key(1))
   cfg = LossConfig(objective="agentic_opd", opd_top_k=4)
   obj = get_objective("agentic_opd")
   sc = obj.score_config(cfg, ScoreConfig(vocab_chunk=64))
-  rng = np.random.default_rng(0)
-  tokens = jnp.asarray(rng.integers(1, 64, (2, 8)), jnp.int32)
-  mask = jnp.asarray([[0, 0, 0, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 0, 0, 0]], jnp.float32)
-  seg = jnp.asarray([[1] * 8, [1] * 5 + [0] * 3], jnp.int32)
-  batch = TrainBatch(tokens=tokens, segment_ids=seg, positions=jnp.tile(jnp.arange(8), (2, 1)) * seg, loss_mask=mask,
-                     advantages=jnp.zeros((2, 8)), old_logprobs=jnp.zeros((2, 8)))
-  norm = normalizer_for(mask)
+  norm = normalizer_for(batch.loss_mask)
 
   def loss_fn(params, teacher_params):
     return obj.loss(score(model, sc, params, None, teacher_params, batch.score_batch()), batch, cfg, norm)

@@ -452,20 +452,14 @@ def test_metrics_sum_over_micro_batches(mode, name, extra):
 # ---------------------------------------------------------------- end to end through the scorer
 
 
-def test_sdar_topk_end_to_end_through_scoring():
+def test_sdar_topk_end_to_end_through_scoring(tiny_scoring_batch):
   """The batch's teacher top-k ids drive the scorer's gather; a teacher equal to the student distils nothing."""
-  from agentopd_jax.models import config as model_config, transformer
+  from agentopd_jax.models import transformer
   from agentopd_jax.scoring.fused import score
 
-  model = model_config.preset("tiny", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=1,
-                              num_heads=2, num_kv_heads=1, head_dim=16)
+  model, batch = tiny_scoring_batch
+  mask = batch.loss_mask
   params = transformer.init_params(model, jax.random.key(0))
-  rng = np.random.default_rng(0)
-  tokens = jnp.asarray(rng.integers(1, 64, (2, 8)), jnp.int32)
-  mask = jnp.asarray([[0, 0, 0, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 0, 0, 0]], jnp.float32)
-  seg = jnp.asarray([[1] * 8, [1] * 5 + [0] * 3], jnp.int32)
-  batch = TrainBatch(tokens=tokens, segment_ids=seg, positions=jnp.tile(jnp.arange(8), (2, 1)) * seg, loss_mask=mask,
-                     advantages=jnp.zeros((2, 8)), old_logprobs=jnp.zeros((2, 8)))
   # "Teacher" = the same params on the same context, top-4: the loss term must vanish.
   own = jax.jit(score, static_argnums=(0, 1))(model, ScoreConfig(vocab_chunk=64, reference=False, top_k=4), params,
                                               None, None, batch.score_batch())

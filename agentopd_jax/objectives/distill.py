@@ -50,6 +50,22 @@ Metrics = Dict[str, jnp.ndarray]
 # ---------------------------------------------------------------- OPD terms
 
 
+def topk_log_dists(student_topk_logprobs: jnp.ndarray, teacher_topk_logprobs: jnp.ndarray,
+                   mask: jnp.ndarray) -> Tuple[jnp.ndarray, jnp.ndarray]:
+  """(log p̃_S, log p̃_T): the student's and the (stop-gradient) teacher's log-probs at the same k ids [B, T, k],
+  each renormalised on those ids by a `log_softmax`. Off-mask positions are replaced by 0 first, so whatever they
+  hold (zeros, ±inf, NaN) gives uniform rows: finite values and finite gradients. The support of every top-k
+  divergence (Agentic-OPD's on the student's top-k, SDAR's on the teacher's)."""
+  chex.assert_rank([student_topk_logprobs, teacher_topk_logprobs], 3)
+  chex.assert_rank(mask, 2)
+  chex.assert_equal_shape([student_topk_logprobs, teacher_topk_logprobs])
+  chex.assert_equal_shape_prefix([student_topk_logprobs, mask], 2)
+  on = (mask > 0)[..., None]
+  student = jnp.where(on, student_topk_logprobs.astype(jnp.float32), 0.0)
+  teacher = jnp.where(on, jax.lax.stop_gradient(teacher_topk_logprobs).astype(jnp.float32), 0.0)
+  return jax.nn.log_softmax(student, axis=-1), jax.nn.log_softmax(teacher, axis=-1)
+
+
 def topk_reverse_kl(student_topk_logprobs: jnp.ndarray, teacher_topk_logprobs: jnp.ndarray, mask: jnp.ndarray,
                     max_abs_log_ratio: Optional[float] = None) -> jnp.ndarray:
   """Per-token reverse KL on the student's top-k support (Agentic-OPD live code), [B, T, k] × 2 → [B, T]:
@@ -70,15 +86,7 @@ def topk_reverse_kl(student_topk_logprobs: jnp.ndarray, teacher_topk_logprobs: j
   `mask` [B, T]: ℓ is 0 where mask is 0, and positions off the mask are replaced by 0 *before* the softmax, so
   whatever they hold (zeros from `scoring.fused`, even ±inf or NaN) yields neither NaN values nor NaN gradients.
   """
-  chex.assert_rank([student_topk_logprobs, teacher_topk_logprobs], 3)
-  chex.assert_rank(mask, 2)
-  chex.assert_equal_shape([student_topk_logprobs, teacher_topk_logprobs])
-  chex.assert_equal_shape_prefix([student_topk_logprobs, mask], 2)
-  on = (mask > 0)[..., None]
-  student = jnp.where(on, student_topk_logprobs.astype(jnp.float32), 0.0)
-  teacher = jnp.where(on, jax.lax.stop_gradient(teacher_topk_logprobs).astype(jnp.float32), 0.0)
-  log_ps = jax.nn.log_softmax(student, axis=-1)
-  log_pt = jax.nn.log_softmax(teacher, axis=-1)
+  log_ps, log_pt = topk_log_dists(student_topk_logprobs, teacher_topk_logprobs, mask)
   log_ratio = log_ps - log_pt
   if max_abs_log_ratio is not None:
     if not max_abs_log_ratio > 0:

@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from agentopd_jax.objectives.distill import topk_log_dists
 from agentopd_jax.objectives.losses import Normalizer, agg_loss, require_score, token_share
 from agentopd_jax.objectives.registry import (SDAR_GATES, LossConfig, Metrics, Objective, grpo_branches, grpo_loss,
                                               register_objective)
@@ -87,19 +88,6 @@ def sampled_reverse_kl(teacher_logprobs: jnp.ndarray, policy_logprobs: jnp.ndarr
   return jnp.where(mask > 0, jax.lax.stop_gradient(teacher_logprobs) - policy_logprobs, 0.0)
 
 
-def _topk_log_dists(policy_topk_logprobs: jnp.ndarray, teacher_topk_logprobs: jnp.ndarray,
-                    mask: jnp.ndarray) -> Tuple[jnp.ndarray, jnp.ndarray]:
-  """log q̃_θ, log p̃_T: both renormalised on the teacher's top-k ids; off-mask rows become uniform (finite)."""
-  chex.assert_rank([policy_topk_logprobs, teacher_topk_logprobs], 3)
-  chex.assert_rank(mask, 2)
-  chex.assert_equal_shape([policy_topk_logprobs, teacher_topk_logprobs])
-  chex.assert_equal_shape_prefix([policy_topk_logprobs, mask], 2)
-  on = (mask > 0)[..., None]
-  student = jnp.where(on, policy_topk_logprobs.astype(jnp.float32), 0.0)
-  teacher = jnp.where(on, jax.lax.stop_gradient(teacher_topk_logprobs).astype(jnp.float32), 0.0)
-  return jax.nn.log_softmax(student, axis=-1), jax.nn.log_softmax(teacher, axis=-1)
-
-
 def topk_forward_kl(policy_topk_logprobs: jnp.ndarray, teacher_topk_logprobs: jnp.ndarray,
                     mask: jnp.ndarray) -> jnp.ndarray:
   """Forward KL on the teacher's top-k support, [B, T, k] × 2 → [B, T]:
@@ -111,7 +99,7 @@ def topk_forward_kl(policy_topk_logprobs: jnp.ndarray, teacher_topk_logprobs: jn
   common support both are proper distributions (ℓ ≥ 0, 0 iff they agree there). Mass-covering: ∂ℓ/∂log π_θ(v_j) =
   q̃_j − p̃_j pulls up every id the teacher likes. Only the policy gets gradients. Zero off the mask.
   """
-  log_q, log_p = _topk_log_dists(policy_topk_logprobs, teacher_topk_logprobs, mask)
+  log_q, log_p = topk_log_dists(policy_topk_logprobs, teacher_topk_logprobs, mask)
   loss = jnp.sum(jnp.exp(log_p) * (log_p - log_q), axis=-1)
   return jnp.where(mask > 0, loss, 0.0)
 
@@ -124,7 +112,7 @@ def topk_jsd(policy_topk_logprobs: jnp.ndarray, teacher_topk_logprobs: jnp.ndarr
   Symmetric and bounded, so one token where the two disagree completely cannot dominate the loss. log M is a
   logaddexp, stable for any inputs. Only the policy gets gradients. Zero off the mask.
   """
-  log_q, log_p = _topk_log_dists(policy_topk_logprobs, teacher_topk_logprobs, mask)
+  log_q, log_p = topk_log_dists(policy_topk_logprobs, teacher_topk_logprobs, mask)
   log_m = jnp.logaddexp(log_p, log_q) - jnp.log(2.0)
   loss = 0.5 * jnp.sum(jnp.exp(log_p) * (log_p - log_m) + jnp.exp(log_q) * (log_q - log_m), axis=-1)
   return jnp.where(mask > 0, loss, 0.0)

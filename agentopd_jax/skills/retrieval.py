@@ -23,6 +23,7 @@ The prompt is the chat-templated student prompt, so KM's substrings fire inside 
 """
 from __future__ import annotations
 
+import abc
 import dataclasses
 import math
 import random
@@ -94,7 +95,7 @@ def _gamefile_types(bank: SkillBank, gamefile: str, words: bool) -> List[str]:
   return []
 
 
-class Retriever:
+class Retriever(abc.ABC):
   """Base: composes contexts and counts hits; subclasses pick the task skills (`_pick`). `update` is a no-op and the
   state is the hit counts, except for `ucb`."""
   name = ""
@@ -105,8 +106,9 @@ class Retriever:
     self.bank, self.rule, self.seed = bank, rule, seed
     self.hits: Dict[str, int] = {}
 
+  @abc.abstractmethod
   def _pick(self, query: SkillQuery, key: int) -> List[str]:
-    raise NotImplementedError
+    """The task skills (names) of the context, general excluded."""
 
   def retrieve(self, query: SkillQuery, key: int) -> Retrieved:
     names = (GENERAL, *self._pick(query, key))

@@ -13,7 +13,6 @@ prompt loses the skill text first. The response tokens are the student's own.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -23,6 +22,7 @@ from agentopd_jax.rollout.chat import raw_prefixed_ids, templated_text
 from agentopd_jax.rollout.engine import PromptContext
 from agentopd_jax.rollout.types import Sample
 from agentopd_jax.scoring.teacher_signals import score_teacher
+from agentopd_jax.skills import SkillQuery, privileged_prefix, retriever_for
 
 SOURCES = ("self", "pool")
 CONTEXTS = ("skills", "plain")
@@ -52,14 +52,10 @@ class SkillContext:
   """
 
   def __init__(self, env_name: str, bank_dir: str = "", retrieval: str = "km", seed: int = 0, ucb_c: float = 1.0):
-    from agentopd_jax.skills import retriever_for
-
     self.retriever, self.query_fields = retriever_for(env_name, bank_dir, retrieval, seed, ucb_c)
     self._taken = dict(self.retriever.hits)
 
   def retrieve(self, task: Any, templated: str, key: int) -> Tuple[str, Tuple[str, ...]]:
-    from agentopd_jax.skills import SkillQuery, privileged_prefix
-
     got = self.retriever.retrieve(SkillQuery(prompt=templated, **self.query_fields(task)), key)
     return privileged_prefix(got.text), tuple(got.skills)
 
@@ -112,7 +108,7 @@ class Teacher:
   """Scores an iteration's samples under the configured teacher (`score_teacher`), once, before the update."""
 
   def __init__(self, cfg: TeacherConfig, model, tokenizer, max_prompt_tokens: int,
-               skills: Optional[SkillContext] = None, pool_params: Optional[Callable[[], Any]] = None):
+               skills: Optional[SkillContext] = None, pool_params: Any = None):
     if cfg.context == "skills" and skills is None:
       raise ValueError("teacher.context='skills' needs a skill context (skills.retrieval, skills.bank_dir)")
     if cfg.source == "pool" and pool_params is None:
@@ -120,7 +116,7 @@ class Teacher:
     self.cfg, self.model, self.tokenizer = cfg, model, tokenizer
     self.max_prompt_tokens = max_prompt_tokens
     self.skills = skills
-    self._pool_params = pool_params() if pool_params is not None else None
+    self._pool_params = pool_params
 
   def teacher_samples(self, samples: Sequence[Sample], tasks: Sequence[Any], iteration: int
                       ) -> Tuple[List[Sample], List[Tuple[str, ...]]]:
@@ -175,14 +171,3 @@ def signal_metrics(samples: Sequence[Sample], signals: Sequence[TeacherSignal], 
                     f"teacher/gate_turn{turn}": float(gate.mean()),
                     f"teacher/gate_active_turn{turn}": float((gap > 0).mean())})
   return metrics
-
-
-def pool_params_loader(pool_run: str, pool_step: str, abstract_params) -> Callable[[], Any]:
-  """A loader of checkpoint `pool_step` ("best", "latest", a number) of `<pool_run>/checkpoints`, restored onto
-  `abstract_params` (shapes and shardings)."""
-  from agentopd_jax.training.checkpoints import CheckpointPool
-
-  def load():
-    with CheckpointPool(Path(pool_run) / "checkpoints", read_only=True) as pool:
-      return pool.restore_params(pool.resolve_step(pool_step, "teacher.pool_step"), abstract_params)
-  return load

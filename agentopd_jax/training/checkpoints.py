@@ -316,3 +316,11 @@ def _check_outcomes(outcomes: dict[str, tuple[int, int]]) -> dict[str, list[int]
       raise ValueError(f"outcomes[{problem!r}] = ({succ}, {att}): need 0 <= successes <= attempts")
     out[problem] = [succ, att]
   return out
+
+
+def run_params(run_dir: str | os.PathLike, step: int | str, abstract_params, field: str = "step") -> tuple[Any, int]:
+  """(params, step number) of checkpoint `step` ("best", "latest" or a number) of the run folder `run_dir`'s pool,
+  restored onto `abstract_params` (shapes, dtypes, shardings); a bad step is an error naming the config `field`."""
+  with CheckpointPool(os.path.join(run_dir, "checkpoints"), read_only=True) as pool:
+    number = pool.resolve_step(step, field)
+    return pool.restore_params(number, abstract_params), number

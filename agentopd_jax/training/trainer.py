@@ -36,10 +36,9 @@ from agentopd_jax.rollout.engine import RolloutConfig, RolloutEngine
 from agentopd_jax.rollout.text_envs import make_text_env
 from agentopd_jax.rollout.types import Sample
 from agentopd_jax.sampling.sampler import Sampler, SamplingParams
-from agentopd_jax.teachers.privileged import (SkillContext, Teacher, TeacherConfig, episode_skills, pool_params_loader,
-                                              signal_metrics)
+from agentopd_jax.teachers.privileged import SkillContext, Teacher, TeacherConfig, episode_skills, signal_metrics
 from agentopd_jax.training import data
-from agentopd_jax.training.checkpoints import CheckpointPool
+from agentopd_jax.training.checkpoints import CheckpointPool, run_params
 from agentopd_jax.training.logging import MetricsLogger, plot_curves, progress
 from agentopd_jax.training.train_step import (OptimConfig, init_state, make_minibatches, make_optimizer,
                                               make_train_step)
@@ -121,9 +120,8 @@ def model_and_tokenizer(c, seed: int, mesh):
 def checkpoint_policy(c, step: str, mesh):
   """(model config, params, tokenizer, step) of checkpoint `step` ("best", "latest" or an integer) of c.workdir."""
   config, _, tokenizer = model_and_tokenizer(c, c.seed, mesh)
-  with CheckpointPool(Path(c.workdir) / "checkpoints", read_only=True) as pool:
-    number = pool.resolve_step(step)
-    return config, pool.restore_params(number, sharded_abstract_params(config, mesh)), tokenizer, number
+  params, number = run_params(c.workdir, step, sharded_abstract_params(config, mesh))
+  return config, params, tokenizer, number
 
 
 class Run:
@@ -173,9 +171,8 @@ class Run:
       skills = SkillContext(c.env.name, c.skills.bank_dir, c.skills.retrieval, c.seed, c.skills.ucb_c)
     if not wants_teacher:
       return skills, None
-    pool = (pool_params_loader(teacher_cfg.pool_run, teacher_cfg.pool_step, sharded_abstract_params(self.model,
-                                                                                                      self.mesh))
-            if teacher_cfg.source == "pool" else None)
+    pool = (run_params(teacher_cfg.pool_run, teacher_cfg.pool_step, sharded_abstract_params(self.model, self.mesh),
+                       "teacher.pool_step")[0] if teacher_cfg.source == "pool" else None)
     return skills, Teacher(teacher_cfg, self.model, self.tokenizer, c.rollout.max_prompt_tokens, skills, pool)
 
   def finish(self, **extra) -> Dict:
@@ -228,9 +225,7 @@ class Run:
     """GRPO's starting params: step 0 of `warm_start_run`'s pool, else the SFT warm start, else the initial params."""
     c = self.c
     if c.warm_start_run:
-      with CheckpointPool(Path(c.warm_start_run) / "checkpoints", read_only=True) as pool:
-        return pool.restore_params(pool.resolve_step(0, "warm_start_run's step"),
-                                   sharded_abstract_params(self.model, self.mesh))
+      return run_params(c.warm_start_run, 0, sharded_abstract_params(self.model, self.mesh), "warm_start_run's step")[0]
     return self.sft() if c.sft.steps else jax.tree.map(jnp.copy, self.init_params)
 
   def demonstrations(self) -> List[Sample]:
