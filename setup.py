@@ -29,15 +29,18 @@ WEBSHOP = RETRIEVAL + ["rapidfuzz==3.14.6"]  # WebShop's fuzzy attribute/option 
 DATA = ["tensorflow-datasets==4.9.10", "array-record==0.8.6", "grain==0.2.18", "importlib-resources==7.1.0",
         "pyarrow==26.0.1"]
 
+ANALYZER = ["openai==3.57.0"]  # OPID's analyzer LLM through any OpenAI-compatible endpoint (ours: agentopd_jax.serve)
+
 EXTRAS = {
     # torch is only for parity tests/benchmarks against transformers. Keep the exact pin: an unpinned torch
     # resolves to a multi-GB CUDA build.
     "torch": ["torch==2.13.0"],
     # Tests exercise every environment and data path, so they pull the env extras too (nothing is skipped in CI).
-    "test": ["torch==2.13.0", "pytest>=8", "hypothesis>=6.100"] + WEBSHOP + DATA,
+    "test": ["torch==2.13.0", "pytest>=8", "hypothesis>=6.100"] + WEBSHOP + DATA + ANALYZER,
     "data": DATA,
     "envs": ["textworld[pddl]==1.7.0", "alfworld==0.4.2"] + WEBSHOP,
     "retrieval": RETRIEVAL,
+    "analyzer": ANALYZER,
     "webshop": WEBSHOP,
 }
 
