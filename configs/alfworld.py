@@ -9,6 +9,10 @@ Variants (`get_config(arg)`):
                  `--config.model.path=/path/to/hf_folder`.
   agentic_opd    Agentic-OPD on the CPU default's finished GRPO run (`--config.opd.teacher_run`, default
                  runs/alfworld_cpu): its best checkpoint is the student, the others the teacher pool (HCN + LAD).
+  sdar, grpo_opsd, opsd, rlsd, skill_sd, skill_grpo   SDAR and its baselines (docs/sdar.md), alone on CPU or before
+                 a paper model (sdar_qwen2p5_3b).
+  opid           OPID (docs/opid.md): GRPO plus the hindsight-skill advantage, the oracle analyzer on CPU, an
+                 OpenAI-compatible one on a paper model (opid_qwen2p5_3b).
 Any field can be overridden (`--config.grpo.iterations=5`); an unknown field is an error naming it. The env-agnostic
 fields live in `agentopd_jax/training/defaults.py`.
 """

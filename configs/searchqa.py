@@ -31,6 +31,7 @@ def _cpu():
   c.sft.demos = 2000                   # every training question once
   c.sft.expert = "oracle"              # the oracle searcher (search-QA's one expert)
   c.validation.num_tasks = 128         # 256 episodes, ~1 min: at ~14 % success, 48 x 2 cannot tell a lift from noise
+  c.opid.max_step_skills = 2           # OPID's search scripts: K = 2 (4-turn episodes)
   return c
 
 

@@ -37,6 +37,7 @@ def _paper(variant: str):
   c.builtin_tokenizer.env_corpus = False  # the pretrained model's own tokenizer
   c.sft.expert = "oracle"
   c.rollout.max_prompt_tokens = 4096
+  c.opid.paper_mode = "mean_norm"      # OPID's WebShop scripts (methods.md §3.3)
   c.grpo.mini_batch_size = 64          # SDAR's WebShop scripts (methods.md §4.3): mini 64, micro 8
   c.grpo.micro_batch_size = 8
   return c

@@ -77,6 +77,24 @@ def test_skill_method_variants():
     _config("alfworld", "sdar_gpt5")
 
 
+def test_opid_variants():
+  """`:opid` on every env config: the oracle analyzer on CPU, OPID's script settings on each paper model."""
+  from agentopd_jax.teachers.hindsight import OpidConfig
+  from agentopd_jax.training.defaults import PAPER_MODELS
+  from agentopd_jax.training.trainer import config_dataclass
+  for env in ("alfworld", "webshop", "searchqa"):
+    cpu = _config(env, "opid")
+    cfg = config_dataclass(OpidConfig, cpu.opid)
+    assert cpu.grpo.advantage == "opid" and cpu.workdir.endswith("_cpu_opid") and cfg.analyzer == "oracle"
+    assert (cfg.w_episode, cfg.w_step, cfg.route) == (0.001, 0.001, "step_priority")
+    assert cfg.max_step_skills == (2 if env == "searchqa" else 5)
+    for model in PAPER_MODELS:
+      paper = config_dataclass(OpidConfig, _config(env, f"opid_{model}").opid)
+      assert paper.analyzer == "openai" and paper.analyzer_model
+      mean_norm = env == "webshop" or model.startswith("qwen3")
+      assert _config(env, f"opid_{model}").grpo.advantage == ("opid_mean_norm" if mean_norm else "opid")
+
+
 def _tasks(c):
   return registry.get(c.env.name).tasks(c.env)
 
@@ -156,10 +174,11 @@ def _cli(script, name, workdir, *extra, variant=""):
 
 @pytest.mark.parametrize("name", sorted(ENVS))
 def test_train_and_evaluate_entry_points_run_the_env(tmp_path, name):
-  """SDAR (the `:sdar` variant: GRPO plus the gated self-distillation of a teacher reading the env's skills), then
-  the checkpoint evaluated with skills in context (Skill-Prompt)."""
+  """SDAR (the `:sdar` variant: GRPO plus the gated self-distillation of a teacher reading the env's skills) on
+  OPID's advantage (the env's oracle analyses every trajectory; the two methods compose), then the checkpoint
+  evaluated with skills in context (Skill-Prompt)."""
   workdir = str(tmp_path / name)
-  _cli("train.py", name, workdir, variant=":sdar")
+  _cli("train.py", name, workdir, "--config.grpo.advantage=opid", variant=":sdar")
   with CheckpointPool(os.path.join(workdir, "checkpoints"), read_only=True) as pool:
     assert pool.steps() == [0, 1]
     _, problems, _, attempts = pool.outcomes_matrix()
@@ -170,6 +189,7 @@ def test_train_and_evaluate_entry_points_run_the_env(tmp_path, name):
   train = [r for r in records if r["phase"] == "train"]
   assert all({"actor/sdar/gate_mean", "teacher/gap_mean"} <= set(r) for r in train)
   assert all(any(k.startswith("skills/hits/") for k in r) for r in train)
+  assert all(r["opid/analysed_fraction"] == 1.0 and r["opid/api_failures"] == 0 for r in train)
   out = _cli("evaluate.py", name, workdir, "--step=latest", "--traces", "--skill_prompt=raw", variant=":sdar")
   assert "with skills (raw, km)" in open(os.path.join(workdir, "eval", "eval.md")).read()
   report = json.loads(open(os.path.join(workdir, "eval", "eval.json")).read())

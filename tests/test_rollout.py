@@ -140,6 +140,11 @@ def test_outcomes_reach_every_sample(setup, layout):
   for ep in rollout.episodes:
     assert ep.won and ep.reward == 10.0 and ep.length == plans[ep.problem_id] and not ep.truncated
   assert all(s.won and s.episode_reward == 10.0 and s.action_valid == 1.0 for s in rollout.samples)
+  if layout == "step":  # each step keeps the raw observation it answered and the action the env executed
+    for s in rollout.samples:
+      assert s.action == _walkthrough(s.problem_id)[s.step_index]
+      assert s.observation and s.observation.strip() in s.prompt_text
+    assert all("Your task is to" in s.observation for s in rollout.samples if s.step_index == 0)
 
 
 def test_step_limit_truncates(setup):

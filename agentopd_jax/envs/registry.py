@@ -67,6 +67,9 @@ class EnvSpec:
   text_options: env_cfg -> extra `text_env` keywords of this env's own (e.g. WebShop's reward kind).
   tokenizer_corpus: env_cfg -> (texts, whole words) for the built-in tokenizer (`builtin_tokenizer.env_corpus`).
   skills: the env's SDAR skill bank and matching rule (`SkillSpec`); None: the env has none.
+  hindsight: env_cfg -> ((task, executed env actions) -> `envs.hindsight.Review`), the episode replayed from the
+    task's start beside the env's expert, which OPID's oracle analyzer (`skills.oracle`) turns into skills; None: the
+    env has no oracle (OPID then needs its LLM analyzer).
   """
   name: str
   tasks: Callable[[Any], TaskPools]
@@ -77,6 +80,7 @@ class EnvSpec:
   text_options: Callable[[Any], Mapping[str, Any]] = _no_options
   tokenizer_corpus: Callable[[Any], Tuple[List[str], List[str]]] = _no_corpus
   skills: Optional[SkillSpec] = None
+  hindsight: Optional[Callable[[Any], Callable[[Any, Sequence[str]], Any]]] = None
 
   def expert_policy(self, env_cfg, name: str) -> Callable[[Any], List[str]]:
     """task -> the named expert's actions; an unknown name is an error naming `sft.expert`."""

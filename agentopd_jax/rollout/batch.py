@@ -80,7 +80,8 @@ def collate(samples: Sequence[Sample], advantages: Sequence[float], pad_to_multi
             distill_weights: Optional[Sequence[float]] = None,
             teacher: Optional[Sequence[TeacherSignal]] = None,
             layout: Optional[List[List[int]]] = None) -> TrainBatch:
-  """Right-padded host arrays (numpy) of `samples`; advantage i is broadcast over sample i's generated tokens.
+  """Right-padded host arrays (numpy) of `samples`; advantage i, a float broadcast over sample i's generated tokens
+  or one value per completion token (OPID's token-level advantage), fills them.
 
   `pack_width` = 0: one sample per row, rows as wide as the longest sample rounded up to `pad_to_multiple`.
   `pack_width` > 0: several samples per row (`pack_rows`), rows max(pack_width, that rounded length) wide. Each

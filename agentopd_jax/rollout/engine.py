@@ -78,6 +78,7 @@ class _Episode:
     self.truncated, self.failed, self.error = False, False, None
     self.info: Dict = {}
     self.samples: List[Sample] = []
+    self.observation = ""  # the env's latest raw observation
 
   def keep_info(self, infos: Dict):
     self.info.update({k: infos[k] for k in EPISODE_INFO_KEYS if k in infos})
@@ -124,6 +125,7 @@ class RolloutEngine:
       else:
         ep.keep_info(info)
         ep.view.begin(o, info)
+        ep.observation = o
     run = self._run_steps if self.config.layout == "step" else self._run_trajectories
     run(params, episodes, key, sampling, timer, context)
     for ep in episodes:
@@ -154,6 +156,7 @@ class RolloutEngine:
       ep.won = ep.won or won
       ep.keep_info(infos[i])
       ep.view.observe(action, obs[i], infos[i])
+      ep.observation = obs[i]
       ep.done = bool(dones[i])
 
   def _prompt_ids(self, episode: int, text: str, context: Optional[PromptContext]) -> Tuple[List[int], str]:
@@ -210,7 +213,8 @@ class RolloutEngine:
             prompt_ids=prompts[j], completion_ids=ids, completion_mask=[1] * len(ids),
             behaviour_logprobs=out.policy_logprobs[j, :len(ids)].tolist(), group_id=ep.group_id,
             problem_id=ep.problem_id, traj_id=ep.traj_id, step_index=t, action_valid=float(valid),
-            invalid_actions=1 - valid, prompt_text=texts[j], response_text=response))
+            invalid_actions=1 - valid, prompt_text=texts[j], response_text=response, observation=ep.observation,
+            action=action))
       self._step_envs(episodes, actions, timer)
 
   # ------------------------------------------------------------------------------------ trajectory layout

@@ -30,9 +30,13 @@ class Sample:
   invalid_actions: int = 0          # number of invalid actions the sample covers
   episode_reward: float = 0.0       # filled in when the episode ends (sum of env rewards)
   won: bool = False
-  # Text kept for analysis and privileged-context rescoring (OPID/SDAR): the step prompt before templating.
+  # Text kept for analysis and privileged-context rescoring (OPID/SDAR): the step prompt before templating, the
+  # reply, and (step layout) the env's raw observation the step answered (OPID's anchor observation) and the action
+  # the reply projected to (what the env executed; OPID's oracle analyzer replays it).
   prompt_text: str = ""
   response_text: str = ""
+  observation: str = ""
+  action: str = ""
 
   def __post_init__(self):
     n = len(self.completion_ids)

@@ -81,7 +81,8 @@ def cpu_base(env_name: str) -> ml_collections.ConfigDict:
   c.grpo.iterations = 8
   c.grpo.tasks_per_iteration = 4
   c.grpo.group_size = 8                # 8 attempts per task: groups with a win are common at ~10 % success
-  c.grpo.advantage = "grpo"            # registry key: "grpo" (mean_std_norm) or "grpo_mean_norm"
+  c.grpo.advantage = "grpo"            # registry key: "grpo" (mean_std_norm) or "grpo_mean_norm"; "opid" /
+                                       # "opid_mean_norm": the same plus OPID's skill log-prob shift (`opid.*`)
   c.grpo.filter_groups = False         # DAPO dynamic sampling: train only on groups whose episodes' rewards differ
   c.grpo.mini_batch_size = 160         # samples per optimizer step (rows padded up to a multiple)
   c.grpo.micro_batch_size = 16         # rows per micro-batch (a packed row holds several samples)
@@ -122,6 +123,30 @@ def cpu_base(env_name: str) -> ml_collections.ConfigDict:
   c.teacher.context = "skills"         # "skills": the privileged skill prefix; "plain": the student's own prompt
   c.teacher.pool_run = ""              # source "pool": the run folder whose checkpoint teaches
   c.teacher.pool_step = "best"         #   "best", "latest" or a step
+
+  c.opid = ml_collections.ConfigDict()  # OPID (grpo.advantage "opid"; teachers/hindsight.py, docs/opid.md)
+  c.opid.analyzer = "oracle"           # "oracle" (offline, the env's expert), "openai" (an OpenAI-compatible
+                                       # endpoint) or "local" (agentopd_jax.serve on opid.analyzer_model)
+  c.opid.analyzer_model = ""           # openai: the model name; local: a model folder or run folder
+  c.opid.base_url = ""                 # openai: "" -> OPENAI_BASE_URL
+  c.opid.api_key = ""                  # "" -> OPENAI_API_KEY
+  c.opid.timeout_s = 600.0
+  c.opid.max_completion_tokens = 4096
+  c.opid.workers = 128                 # concurrent analyzer requests
+  c.opid.parse_attempts = 2            # answers per trajectory (the later ones from the JSON-repair prompt)
+  c.opid.api_retries = 5               # calls per answer, with exponential backoff
+  c.opid.max_step_skills = 5           # K (OPID's scripts: ALFWorld/WebShop 5, search 2)
+  c.opid.route = "step_priority"       # or "additive"
+  c.opid.w_episode = 0.001             # w_ep, w_step: the scripts' weights of Δ^ep and Δ^step
+  c.opid.w_step = 0.001
+  c.opid.normalize = False             # z-score each Δ over its routed tokens
+  c.opid.clip = 0.0                    # clamp each Δ to ±clip (0: none)
+  c.opid.gamma = 0.95                  # discount of the analyzer's "Return:" lines
+  c.opid.start_after = -1              # the skill term only after this iteration (-1: from the first)
+  c.opid.stop_after = -1               # ... and up to this one (-1: to the last)
+  c.opid.failed_only = False           # analyse failed episodes only
+  c.opid.failed_only_after = -1        # all episodes up to this iteration, then failed only (-1: unset)
+  c.opid.paper_mode = "mean_std_norm"  # the episode advantage of the opid_<model> variants (OPID's scripts)
 
   c.optim = ml_collections.ConfigDict()
   c.optim.learning_rate = 1e-4         # 2e-4 degraded the warm start, 5e-5 left it unchanged (docs/results.md)
@@ -217,11 +242,26 @@ def skill_method_overrides(c: ml_collections.ConfigDict, method: str) -> ml_coll
   return c
 
 
+def opid_overrides(c: ml_collections.ConfigDict, paper: bool) -> ml_collections.ConfigDict:
+  """OPID (methods.md §3.3) on top of a run config: GRPO's episode advantage plus the skill shift (w_ep = w_step =
+  0.001, step_priority routing). On CPU the offline oracle analyzer; on the paper setting an OpenAI-compatible one
+  (the authors' fallback model; point opid.base_url/analyzer_model at yours) and the scripts' advantage mode:
+  mean_norm for Qwen3 and where the env config's `opid.paper_mode` says so (WebShop), mean_std_norm otherwise. The
+  workdir gets "_opid"."""
+  c.workdir = f"{c.workdir}_opid"
+  mean_norm = paper and (c.opid.paper_mode == "mean_norm" or c.model.preset.startswith("qwen3"))
+  c.grpo.advantage = "opid_mean_norm" if mean_norm else "opid"
+  if paper:
+    c.opid.analyzer = "openai"
+    c.opid.analyzer_model = "gemini-2.5-flash"
+  return c
+
+
 def select_variant(arg: str, config_file: str, cpu: Callable[[], ml_collections.ConfigDict],
                    paper: Callable[[str], ml_collections.ConfigDict]) -> ml_collections.ConfigDict:
   """`get_config(arg)` of an env config: "" or "cpu" -> `cpu()`, "agentic_opd" -> Agentic-OPD on the CPU default's
-  GRPO run, a PAPER_MODELS key -> `paper(arg)`; a SKILL_METHODS name, alone or before a PAPER_MODELS key
-  ("sdar", "sdar_qwen2p5_3b"), -> that method on the CPU default or on the paper setting."""
+  GRPO run, a PAPER_MODELS key -> `paper(arg)`; "opid" or a SKILL_METHODS name, alone or before a PAPER_MODELS key
+  ("sdar", "sdar_qwen2p5_3b", "opid_qwen3_1p7b"), -> that method on the CPU default or on the paper setting."""
   variant = arg or "cpu"
   if variant == "cpu":
     return cpu()
@@ -229,10 +269,15 @@ def select_variant(arg: str, config_file: str, cpu: Callable[[], ml_collections.
     return agentic_opd_overrides(cpu())
   if variant in PAPER_MODELS:
     return paper(variant)
+  if variant == "opid":
+    return opid_overrides(cpu(), paper=False)
+  if variant.startswith("opid_") and variant[len("opid_"):] in PAPER_MODELS:
+    return opid_overrides(paper(variant[len("opid_"):]), paper=True)
   for method in SKILL_METHODS:
     if variant == method:
       return skill_method_overrides(cpu(), method)
     if variant.startswith(method + "_") and variant[len(method) + 1:] in PAPER_MODELS:
       return skill_method_overrides(paper(variant[len(method) + 1:]), method)
-  raise ValueError(f"unknown {config_file} variant {variant!r}; choose cpu, agentic_opd, one of "
-                   f"{sorted(PAPER_MODELS)}, one of {SKILL_METHODS} or <method>_<model> (e.g. sdar_qwen2p5_3b)")
+  raise ValueError(f"unknown {config_file} variant {variant!r}; choose cpu, agentic_opd, opid, one of "
+                   f"{sorted(PAPER_MODELS)}, one of {SKILL_METHODS} or <method>_<model> (e.g. sdar_qwen2p5_3b, "
+                   f"opid_qwen2p5_3b)")

@@ -27,7 +27,8 @@ from agentopd_jax.envs.verl_agent.metrics import episode_metrics
 from agentopd_jax.eval.validate import episode_record, validate
 from agentopd_jax.models import transformer
 from agentopd_jax.models.loading import load_model_and_tokenizer
-from agentopd_jax.objectives.advantages import get_advantage_estimator, informative_groups, step_scores
+from agentopd_jax.objectives.advantages import (SKILL_SHIFT_ESTIMATORS, get_advantage_estimator, informative_groups,
+                                                step_scores)
 from agentopd_jax.objectives.registry import LossConfig, get_objective
 from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.rollout.chat import ChatFormat
@@ -36,6 +37,7 @@ from agentopd_jax.rollout.engine import RolloutConfig, RolloutEngine
 from agentopd_jax.rollout.text_envs import make_text_env
 from agentopd_jax.rollout.types import Sample
 from agentopd_jax.sampling.sampler import Sampler, SamplingParams
+from agentopd_jax.teachers.hindsight import HindsightTeacher, OpidConfig
 from agentopd_jax.teachers.privileged import SkillContext, Teacher, TeacherConfig, episode_skills, signal_metrics
 from agentopd_jax.training import data
 from agentopd_jax.training.checkpoints import CheckpointPool, run_params
@@ -159,6 +161,7 @@ class Run:
     self.key = jax.random.key(c.seed)
     self.objective = get_objective(self.loss_cfg.objective)
     self.skills, self.teacher = self._skills_and_teacher()
+    self.hindsight = self._hindsight()
 
   def _skills_and_teacher(self):
     """The skill context (retrieval over the env's bank) and the teacher, each built only when the objective reads
@@ -175,6 +178,17 @@ class Run:
                        "teacher.pool_step")[0] if teacher_cfg.source == "pool" else None)
     return skills, Teacher(teacher_cfg, self.model, self.tokenizer, c.rollout.max_prompt_tokens, skills, pool)
 
+  def _hindsight(self):
+    """OPID's hindsight teacher when the advantage estimator adds its skill shift (`grpo.advantage` "opid")."""
+    c = self.c
+    if c.grpo.advantage not in SKILL_SHIFT_ESTIMATORS:
+      return None
+    if c.rollout.layout != "step":
+      raise ValueError(f"grpo.advantage={c.grpo.advantage!r} (OPID) needs rollout.layout='step', got "
+                       f"{c.rollout.layout!r}: its skills are scored per env step")
+    return HindsightTeacher(config_dataclass(OpidConfig, c.opid), c.env.name, c.env, self.model,
+                            self.train_engine.chat, c.rollout.max_prompt_tokens)
+
   def finish(self, **extra) -> Dict:
     """The run's summary (`summarize` plus `extra`), written to summary.json, and its learning curves."""
     summary = dict(summarize(self.pool), **extra)
@@ -185,6 +199,8 @@ class Run:
     return summary
 
   def close(self):
+    if self.hindsight is not None:
+      self.hindsight.close()
     self.train_engine.env.close()
     self.val_engine.env.close()
     self.log.close()
@@ -308,11 +324,23 @@ class Run:
                                     sampling, context=context)
     samples = rollout.samples
     t1 = time.perf_counter()
+    # OPID: the analysis of this batch's trajectories runs on a worker thread while the advantages are computed.
+    analysis = self.hindsight.submit(samples, tasks, iteration) if self.hindsight is not None else None
     scores, advantages = self.advantages(samples, len(tasks))
     trained = samples
     if c.grpo.filter_groups:
       trained, advantages = informative_samples(samples, advantages, len(tasks))
     metrics: Dict[str, float] = {}
+    if analysis is not None:
+      t_opid = time.perf_counter()
+      if trained:
+        advantages, opid_metrics = self.hindsight.advantages(state.params, trained, advantages, analysis,
+                                                             pack_width=c.pack_width,
+                                                             rows_per_call=c.grpo.micro_batch_size, mesh=self.mesh)
+        metrics.update(opid_metrics)
+      else:
+        analysis.result()
+      metrics["time/opid_s"] = time.perf_counter() - t_opid
     signals = None
     if self.teacher is not None and trained:
       signals, used = self.teacher.signals(state.params, trained, tasks, iteration,

@@ -1,5 +1,5 @@
-"""ALFWorld's run spec (`envs.registry`): game files as tasks, `AlfworldEnv` workers, `AlfworldText`, two experts,
-SDAR's skill bank (typed by game file).
+"""ALFWorld's run spec (`envs.registry`): game files as tasks, `AlfworldEnv` workers, `AlfworldText`, three experts,
+SDAR's skill bank (typed by game file), OPID's oracle review (`hindsight.py`).
 
 Tasks are game files: `env.data_root` (ours or the real download), or with none, games generated deterministically
 from `env.generate_seed` into the cache, so the default run needs no download and its task set is fixed across run
@@ -94,6 +94,13 @@ def worker(env_cfg, max_steps: Optional[int] = None):
   return functools.partial(AlfworldEnv, env_cfg.engine, **({} if max_steps is None else {"max_steps": max_steps}))
 
 
+def hindsight(env_cfg):
+  """OPID's oracle analyzer: (game file, actions) -> the episode replayed beside the expert (`hindsight.py`)."""
+  from agentopd_jax.envs.alfworld.hindsight import reviewer
+
+  return reviewer(env_cfg)
+
+
 def skill_query(gamefile: str) -> dict:
   """SDAR types an ALFWorld task by its game file's path (the task type names the game's folder)."""
   return {"gamefile": gamefile}
@@ -102,4 +109,4 @@ def skill_query(gamefile: str) -> dict:
 SPEC = register(EnvSpec(
     name="alfworld", tasks=games, worker=worker, text_env=AlfworldText, experts=EXPERTS,
     expert=lambda env_cfg, name: functools.partial(expert_actions, expert=name),
-    skills=SkillSpec(bank=shipped_skill_bank("alfworld"), rule="gamefile", query=skill_query)))
+    skills=SkillSpec(bank=shipped_skill_bank("alfworld"), rule="gamefile", query=skill_query), hindsight=hindsight))

@@ -18,6 +18,7 @@ or invalid) and `subem`, Search-R1's sub-string EM of the answer the score judge
 """
 from __future__ import annotations
 
+import copy
 import functools
 import re
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
@@ -75,6 +76,12 @@ class SearchEnv:
     step = self._step_verl_agent if self.obs_format == "verl-agent" else self._step_search_r1
     obs, score, self._done, kind = step(action)
     return obs, score, self._done, self._infos(score >= 1.0 and self._done, kind)
+
+  def copy(self) -> "SearchEnv":
+    """An independent env in the same episode state (retrieval is shared): for looking ahead (OPID's oracle)."""
+    other = copy.copy(self)
+    other._history = list(self._history)
+    return other
 
   def close(self):
     if self._client is not None:

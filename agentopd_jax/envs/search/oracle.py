@@ -7,11 +7,12 @@ generator checked its articles with. So its success rate measures the corpus, th
 together (server, client, observation formats): a fact that retrieval does not surface is a failed question.
 
   actions, score, infos = play(env, task)      # e.g. for demonstrations: replaying `actions` gives the same episode
+  action = advise(task, searches, searches_left)   # its next action in a policy's episode (OPID's oracle review)
 """
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from agentopd_jax.envs.search.formats import read_documents
 from agentopd_jax.envs.search.tasks import SearchTask
@@ -83,6 +84,32 @@ class Oracle:
     if va is None or vb is None or not (va.isdigit() and vb.isdigit()):
       return a
     return a if (int(va) < int(vb)) == (self.plan.op == "min") else b
+
+
+def advise(task: SearchTask, searches: Sequence[Tuple[str, str]], searches_left: int) -> str:
+  """The oracle's next action in an episode a policy has been playing (OPID's oracle review): `act`'s choice had its
+  searches been the episode's (query, observation) pairs so far. As in `act`, each observation is read for the hop
+  open when it came, and a hop whose two queries (with the relation's keywords, then the subject alone) were both
+  searched without showing its fact is given up. Then the first query of the open hop not searched yet, or the answer
+  when no hop is open or no search is left."""
+  oracle = Oracle(task)
+  hops = len(oracle.plan.hops)
+  for _, observation in searches:
+    if len(oracle.values) < hops:
+      value = oracle._read(observation)
+      if value is not None:
+        oracle.values.append(value)
+  searched = {" ".join(query.lower().split()) for query, _ in searches}
+  while len(oracle.values) < hops:
+    queries = []
+    for attempt in (0, 1):
+      oracle._attempt = attempt
+      queries.append(oracle._query())
+    fresh = [q for q in queries if " ".join(q.lower().split()) not in searched]
+    if fresh:
+      return f"<search>{fresh[0]}</search>" if searches_left > 0 else f"<answer>{oracle.answer()}</answer>"
+    oracle.values.append(None)
+  return f"<answer>{oracle.answer()}</answer>"
 
 
 def play(env, task: SearchTask) -> Tuple[List[str], float, Dict[str, Any]]:

@@ -1,5 +1,5 @@
 """Search-QA's run spec (`envs.registry`): questions as tasks, `SearchEnv` workers, `SearchText`, the oracle searcher,
-SDAR's skill bank (typed by data source).
+SDAR's skill bank (typed by data source), OPID's oracle review (`hindsight.py`).
 
 Questions come from the bundled encyclopedia's train/test splits (`env.world_seed`) or Search-R1's files
 (`env.train_file`, `env.test_file`); the built-in tokenizer learns the corpus and the training questions.
@@ -54,6 +54,13 @@ def _oracle(kwargs: dict, task) -> List[str]:
   return actions
 
 
+def hindsight(env_cfg):
+  """OPID's oracle analyzer: (question, actions) -> the episode replayed beside the oracle (`hindsight.py`)."""
+  from agentopd_jax.envs.search.hindsight import reviewer
+
+  return reviewer(env_cfg)
+
+
 def tokenizer_corpus(env_cfg) -> Tuple[List[str], List[str]]:
   """The retrieval corpus (the bundled encyclopedia, or the first passages of `env.corpus`) and the training
   questions; nothing of the validation split."""
@@ -75,4 +82,4 @@ def skill_query(task) -> dict:
 SPEC = register(EnvSpec(
     name="search", tasks=questions, worker=worker, text_env=SearchText, experts=("oracle",),
     expert=lambda env_cfg, name: functools.partial(_oracle, env_kwargs(env_cfg)), tokenizer_corpus=tokenizer_corpus,
-    skills=SkillSpec(bank=shipped_skill_bank("search"), rule="search", query=skill_query)))
+    skills=SkillSpec(bank=shipped_skill_bank("search"), rule="search", query=skill_query), hindsight=hindsight))

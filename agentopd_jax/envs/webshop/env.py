@@ -19,6 +19,7 @@ The shop (products, goals, purchase prices, search index) is built once per proc
 """
 from __future__ import annotations
 
+import copy
 import functools
 import random
 import re
@@ -107,6 +108,15 @@ class WebshopEnv:
 
   def available_actions(self) -> dict:
     return self.page.available_actions()
+
+  def copy(self) -> "WebshopEnv":
+    """An independent env in the same state (the shop is shared): for looking ahead (OPID's oracle review)."""
+    other = copy.copy(self)
+    if self.goal is not None:
+      other.options = dict(self.options)
+      other._rng = random.Random()
+      other._rng.setstate(self._rng.getstate())
+    return other
 
   # ------------------------------------------------------------------------------------------ site logic
   def _act(self, action: str) -> float:

@@ -15,11 +15,15 @@ of how many `next >` pages to turn follows from the goal's hidden ASIN, which no
 it learns to click a product at random (docs/results.md, WebShop). The reader wins about a quarter of the goals
 (its top result is often a different product than the goal's, and some of those still score 1.0); the wins are its
 demonstrations.
+
+`next_action` is the oracle from any state an episode reached (`plan_target` fixes what it buys), for OPID's oracle
+review of a policy's episode (`hindsight.py`).
 """
 from __future__ import annotations
 
 import random
-from typing import List, Mapping, Optional, Union
+from dataclasses import dataclass
+from typing import List, Mapping, Optional, Tuple, Union
 
 from agentopd_jax.envs.webshop import fuzzy, reward
 from agentopd_jax.envs.webshop.env import MAX_STEPS, PRODUCT_WINDOW, Shop
@@ -74,3 +78,45 @@ def top_result_plan(shop: Shop, goal: Union[int, Mapping], max_steps: Optional[i
   actions = [f"search[{query}]", f"click[{product['asin'].lower()}]", *_option_clicks(product, goal["goal_options"]),
              "click[buy now]"]
   return actions if max_steps is None or len(actions) <= max_steps else None
+
+
+@dataclass(frozen=True)
+class Target:
+  """What `plan` buys for a goal: the product, the query that finds it, and the option values it clicks."""
+  asin: str
+  query: str
+  options: Tuple[str, ...]
+
+
+def plan_target(shop: Shop, goal: Union[int, Mapping], max_steps: Optional[int] = MAX_STEPS) -> Optional[Target]:
+  """`plan`'s target for a goal; None when `plan` finds none."""
+  actions = plan(shop, goal, max_steps)
+  if actions is None:
+    return None
+  asin = (goal if isinstance(goal, Mapping) else shop.goals[int(goal)])["asin"]
+  chosen = actions[actions.index(f"click[{asin.lower()}]") + 1:-1]  # between the product and Buy Now
+  return Target(asin, actions[0][len("search["):-1], tuple(a[len("click["):-1] for a in chosen))
+
+
+def next_action(env, target: Target) -> Optional[str]:
+  """`plan`'s next action from any state of `env` (a `WebshopEnv` on the target's goal), so that a policy's step can
+  be set beside it (OPID's oracle review): on the product's item page, choose a missing option, else buy; leave its
+  sub-pages; on results that list it, open it; page towards it in its results; anywhere else search the plan's
+  query (a search works from every page). None once the episode is over."""
+  page, asin = env.page, target.asin.lower()
+  if env.done or page.kind == "done":
+    return None
+  on_product = env.asin is not None and env.asin.lower() == asin
+  if on_product and page.kind != "item":  # a sub-page: `< prev` leads back to the item page
+    return "click[< prev]"
+  if on_product and page.kind == "item":
+    named = {v: name for name, values in env.shop.products[env.asin]["options"].items() for v in values}
+    missing = [v for v in target.options if env.options.get(named.get(v)) != v]
+    return f"click[{missing[0]}]" if missing else "click[buy now]"
+  if page.kind == "results" and env.keywords is not None:
+    if asin in page.clickables:
+      return f"click[{asin}]"
+    hits = [p["asin"].lower() for p in env.shop.engine.search(env.keywords, random.Random(0))]
+    if asin in hits:
+      return "click[next >]" if hits.index(asin) // PRODUCT_WINDOW + 1 > env.page_number else "click[< prev]"
+  return f"search[{target.query}]"

@@ -1,5 +1,5 @@
 """WebShop's run spec (`envs.registry`): goal indices as tasks, `WebshopEnv` workers, `WebshopText`, two shoppers,
-SDAR's skill bank (typed by prompt keywords).
+SDAR's skill bank (typed by prompt keywords), OPID's oracle review (`hindsight.py`).
 
 The shop is a generated catalogue (`env.num_products`, `env.catalog_seed`) or WebShop's own files (`env.data_dir`);
 verl-agent validates on goals [0, 500) and trains on the rest. The built-in tokenizer learns the catalogue, with every
@@ -52,6 +52,13 @@ def _shopper(args: dict, expert: str, goal: int) -> List[str]:
   return planner(build_shop(**args), goal) or []  # [] (no plan found): the demonstration is skipped
 
 
+def hindsight(env_cfg):
+  """OPID's oracle analyzer: (goal, actions) -> the episode replayed beside the oracle shopper (`hindsight.py`)."""
+  from agentopd_jax.envs.webshop.hindsight import reviewer
+
+  return reviewer(env_cfg)
+
+
 def tokenizer_corpus(env_cfg) -> Tuple[List[str], List[str]]:
   """The catalogue as the site shows it (titles, prices, descriptions, bullet points, option names and values,
   product instructions); every ASIN is a whole word in both the page's case and the click action's lower case."""
@@ -70,4 +77,5 @@ SPEC = register(EnvSpec(
     expert=lambda env_cfg, name: functools.partial(_shopper, shop_args(env_cfg), name),
     text_options=lambda env_cfg: {"reward": env_cfg.reward}, tokenizer_corpus=tokenizer_corpus,
     # SDAR types a WebShop task by keywords of its prompt alone (goal indices carry nothing it reads).
-    skills=SkillSpec(bank=shipped_skill_bank("webshop"), rule="keywords", query=no_skill_query)))
+    skills=SkillSpec(bank=shipped_skill_bank("webshop"), rule="keywords", query=no_skill_query),
+    hindsight=hindsight))

@@ -1,0 +1,79 @@
+"""OPID's advantage (methods.md §3.1, `gigpo/core_gigpo.py`): GRPO's episode advantage plus the log-prob shift of the
+policy's own response when a hindsight skill is in its context.
+
+  Δ^r_{i,t} = sg[log π_old(y_t | ĥ^r_i, y_<t) − log π_old(y_t | h_i, y_<t)] · m_{i,t} · 1[route r of sample i]
+  A^OPID_{i,t} = A^ep_i · m_{i,t} + w_ep · Δ^ep_{i,t} + w_step · Δ^step_{i,t}
+
+with r ∈ {ep, step}: ĥ^ep is the prompt with the episode skill inserted, ĥ^step with the critical-step skill
+(`skills.injection`). Both log-probs are π_old's, scored once per batch before the update, so Δ is a constant
+advantage, not a loss with a gradient. The loss is then plain GRPO on A^OPID, which is why OPID is an advantage and
+not an objective here. A^ep is `grpo_advantages` (verl-agent's cross-step `episode_norm_reward`).
+
+These functions take completion-aligned arrays: row i holds sample i's completion tokens, right-padded ([N, L]).
+"""
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def skill_shift(teacher_logprobs: jnp.ndarray, old_logprobs: jnp.ndarray, mask: jnp.ndarray, routed: jnp.ndarray,
+                normalize: bool = False, clip: Optional[float] = None, epsilon: float = 1e-6) -> jnp.ndarray:
+  """One route's Δ [N, L] (`compute_teacher_token_advantage`): the detached shift on the routed samples' tokens.
+
+    Δ = sg[log π_T − log π_old] · m · 1[routed]
+    normalize: over the tokens with m > 0 of routed samples (the whole batch), Δ ← (Δ − μ)/(σ + ε) with the
+      population σ, or Δ − μ when σ ≤ ε; other tokens keep their zeros.
+    clip: Δ ← clamp(Δ, −clip, clip) afterwards (None: no clamp).
+  """
+  chex.assert_rank([teacher_logprobs, old_logprobs, mask], 2)
+  chex.assert_equal_shape([teacher_logprobs, old_logprobs, mask])
+  chex.assert_rank(routed, 1)
+  valid = (mask > 0) & (routed[:, None] > 0)
+  delta = jax.lax.stop_gradient(teacher_logprobs - old_logprobs).astype(jnp.float32)
+  delta = jnp.where(valid, delta, 0.0)
+  if normalize:
+    n = jnp.maximum(valid.sum(), 1)
+    mean = delta.sum() / n
+    std = jnp.sqrt(jnp.where(valid, jnp.square(delta - mean), 0.0).sum() / n)
+    shifted = jnp.where(std > epsilon, (delta - mean) / (std + epsilon), delta - mean)
+    delta = jnp.where(valid, shifted, delta)
+  if clip is not None:
+    delta = jnp.clip(delta, -clip, clip)
+  return delta
+
+
+def opid_advantages(episode_advantages: jnp.ndarray, mask: jnp.ndarray, old_logprobs: jnp.ndarray,
+                    episode_teacher: jnp.ndarray, use_episode: jnp.ndarray, step_teacher: jnp.ndarray,
+                    use_step: jnp.ndarray, w_episode: float, w_step: float, normalize: bool = False,
+                    clip: Optional[float] = None) -> jnp.ndarray:
+  """A^OPID [N, L] = A^ep · m + w_ep·Δ^ep + w_step·Δ^step (`compute_opid_advantage_components` with GiGPO's step
+  weight at 0, as OPID's config forces). `episode_advantages` [N] per sample; the rest [N, L], `use_*` [N] 0/1 (the
+  routing of `skills.injection.route`); a route's teacher rows are ignored where it is not used."""
+  chex.assert_rank(episode_advantages, 1)
+  adv = episode_advantages.astype(jnp.float32)[:, None] * mask.astype(jnp.float32)
+  for w, teacher, used in ((w_episode, episode_teacher, use_episode), (w_step, step_teacher, use_step)):
+    if w:
+      adv = adv + w * skill_shift(teacher, old_logprobs, mask, used, normalize, clip)
+  return adv
+
+
+def shift_metrics(mask: jnp.ndarray, old_logprobs: jnp.ndarray, episode_teacher: jnp.ndarray,
+                  use_episode: jnp.ndarray, step_teacher: jnp.ndarray, use_step: jnp.ndarray) -> Dict[str, float]:
+  """Share of samples on each route and the raw Δ mean/std over each route's tokens (before weights, normalisation
+  and clipping): `opid/route_{episode,step}` and `opid/delta_{episode,step}_{mean,std}`."""
+  out = {}
+  mask, old_logprobs = np.asarray(mask), np.asarray(old_logprobs)
+  n = max(mask.shape[0], 1)
+  for name, teacher, used in (("episode", episode_teacher, use_episode), ("step", step_teacher, use_step)):
+    used = np.asarray(used)
+    valid = (mask > 0) & (used[:, None] > 0)
+    delta = (np.asarray(teacher) - old_logprobs)[valid]
+    out[f"opid/route_{name}"] = float(used.sum()) / n
+    out[f"opid/delta_{name}_mean"] = float(delta.mean()) if delta.size else 0.0
+    out[f"opid/delta_{name}_std"] = float(delta.std()) if delta.size else 0.0
+  return out

@@ -1,0 +1,227 @@
+"""OPID's teacher (methods.md §3.2): hindsight skills from the policy's own finished trajectories, and the log-prob
+shift they cause on the policy's own responses.
+
+Per iteration, on the step samples of the rollout:
+  1. `submit`: each trajectory becomes an analyzer record (task, per step the env's raw observation, the decoded
+     reply and the discounted return, γ = `opid.gamma`, success) and the analysis starts on a worker thread, so it
+     overlaps the trainer's other work on the batch (advantages, collation), as OPID's async executor does.
+  2. `signals` joins it, routes each step sample (`skills.injection.route`: the critical-step skill, else the episode
+     skill), splices the skill into the sample's own step prompt text (`augment_observation`), chat-templates it as
+     the rollout did, and scores the *same* response tokens under the rollout-time params, once per routed sample
+     per route (`score_teacher`: batched, packed). Δ = that log-prob − the behaviour log-prob is then a constant.
+A failed analysis (API or parse) gives its trajectory no signal and is counted; it never stops training.
+
+Analyzers, by `opid.analyzer`: "oracle" (offline: the env's expert from each replayed state, `skills.oracle`),
+"openai" (any OpenAI-compatible endpoint through the official client) and "local" (our `agentopd_jax.serve`
+started on `opid.analyzer_model`, a model folder or a run, then reached through the same client).
+"""
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from agentopd_jax.objectives.opid import opid_advantages, shift_metrics
+from agentopd_jax.rollout.chat import ChatFormat
+from agentopd_jax.rollout.types import Sample
+from agentopd_jax.scoring.teacher_signals import score_teacher
+from agentopd_jax.skills.analysis import (Analysis, Analyzer, EpisodeRecord, OpenAIBackend, StepRecord,
+                                          discounted_returns)
+from agentopd_jax.skills.injection import ROUTES, augment_observation, route, task_description
+
+ANALYZERS = ("oracle", "openai", "local")
+
+
+@dataclasses.dataclass(frozen=True)
+class OpidConfig:
+  """`opid.*` (defaults: OPID's scripts, §3.3). Schedule steps are GRPO iterations; -1 means "not set"."""
+  analyzer: str = "oracle"
+  analyzer_model: str = ""        # openai: the model name; local: a model folder or a run folder to serve
+  base_url: str = ""              # openai: the endpoint ("" -> OPENAI_BASE_URL)
+  api_key: str = ""               # "" -> OPENAI_API_KEY ("local" needs none)
+  timeout_s: float = 600.0
+  max_completion_tokens: int = 4096
+  workers: int = 128
+  parse_attempts: int = 2
+  api_retries: int = 5
+  max_step_skills: int = 5        # K
+  route: str = "step_priority"    # or "additive"
+  w_episode: float = 0.001
+  w_step: float = 0.001
+  normalize: bool = False         # z-score each Δ over its routed tokens
+  clip: float = 0.0               # clamp each Δ to ±clip; 0 = none
+  gamma: float = 0.95             # the discount of the "Return:" lines
+  start_after: int = -1           # the skill advantage is on only after this iteration
+  stop_after: int = -1            # ... and up to this one
+  failed_only: bool = False       # analyse failed episodes only
+  failed_only_after: int = -1     # all episodes up to this iteration, failed ones after it (overrides failed_only)
+
+  def __post_init__(self):
+    if self.analyzer not in ANALYZERS:
+      raise ValueError(f"opid.analyzer must be one of {ANALYZERS}, got {self.analyzer!r}")
+    if self.route not in ROUTES:
+      raise ValueError(f"opid.route must be one of {ROUTES}, got {self.route!r}")
+    if self.analyzer in ("openai", "local") and not self.analyzer_model:
+      raise ValueError(f"opid.analyzer_model: analyzer {self.analyzer!r} needs a model "
+                       f"({'its name at the endpoint' if self.analyzer == 'openai' else 'a folder or run to serve'})")
+    if self.w_episode < 0 or self.w_step < 0 or self.clip < 0:
+      raise ValueError(f"opid.w_episode, opid.w_step and opid.clip must be >= 0, got {self.w_episode}, "
+                       f"{self.w_step}, {self.clip}")
+    if not 0.0 <= self.gamma <= 1.0:
+      raise ValueError(f"opid.gamma must be in [0, 1], got {self.gamma}")
+
+  def active(self, iteration: int) -> bool:
+    """Whether iteration `iteration` gets the skill advantage (OPID's `_is_opid_teacher_adv_enabled`)."""
+    return not (0 <= self.start_after and iteration <= self.start_after) and \
+        not (0 <= self.stop_after < iteration)
+
+  def failed_only_at(self, iteration: int) -> bool:
+    return iteration > self.failed_only_after if self.failed_only_after >= 0 else self.failed_only
+
+
+def trajectories(samples: Sequence[Sample]) -> Dict[int, List[Sample]]:
+  """{traj_id: its step samples in step order}."""
+  out: Dict[int, List[Sample]] = {}
+  for s in samples:
+    if s.step_index < 0:
+      raise ValueError("OPID needs the step layout (rollout.layout='step'): a sample covers a whole trajectory")
+    out.setdefault(s.traj_id, []).append(s)
+  return {t: sorted(steps, key=lambda s: s.step_index) for t, steps in sorted(out.items())}
+
+
+def episode_record(steps: Sequence[Sample], gamma: float) -> EpisodeRecord:
+  """The analyzer's view of one trajectory. Our envs pay their reward on the last step, so the per-step rewards
+  are 0 … 0, R and the step returns γ^(T−1−t)·R."""
+  rewards = [0.0] * (len(steps) - 1) + [steps[-1].episode_reward]
+  returns = discounted_returns(rewards, gamma)
+  return EpisodeRecord(
+      steps=tuple(StepRecord(s.step_index, s.observation, s.response_text, float(g)) for s, g in zip(steps, returns)),
+      success=bool(steps[-1].won), task=task_description(steps[0].prompt_text))
+
+
+class LocalServer:
+  """`python -m agentopd_jax.serve --model MODEL --port 0` in a subprocess; `url` once it listens."""
+
+  def __init__(self, model: str, startup_timeout_s: float = 600.0):
+    self.proc = subprocess.Popen([sys.executable, "-m", "agentopd_jax.serve", "--model", model, "--port", "0"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline, lines = time.monotonic() + startup_timeout_s, []
+    while time.monotonic() < deadline:
+      line = self.proc.stdout.readline()
+      if not line and self.proc.poll() is not None:
+        break
+      lines.append(line)
+      if line.startswith("serving "):
+        self.url = line.rsplit(" at ", 1)[1].strip()
+        self.name = line.split("'")[1]
+        return
+    self.close()
+    raise RuntimeError(f"opid.analyzer_model: the local analyzer server for {model!r} did not start:\n"
+                       + "".join(lines[-20:]))
+
+  def close(self):
+    if self.proc.poll() is None:
+      self.proc.terminate()
+      try:
+        self.proc.wait(30)
+      except subprocess.TimeoutExpired:
+        self.proc.kill()
+
+
+class HindsightTeacher:
+  """OPID's analysis and skill scoring for one run (see the module docstring)."""
+
+  def __init__(self, cfg: OpidConfig, env_name: str, env_cfg: Any, model, chat: ChatFormat, max_prompt_tokens: int):
+    self.cfg, self.model, self.chat, self.max_prompt_tokens = cfg, model, chat, max_prompt_tokens
+    self.server = None
+    if cfg.analyzer == "oracle":
+      from agentopd_jax.skills.oracle import OracleAnalyzer
+      self.analyzer = OracleAnalyzer(env_name, env_cfg, cfg.max_step_skills)
+    else:
+      base_url, api_key, name = cfg.base_url or None, cfg.api_key or None, cfg.analyzer_model
+      if cfg.analyzer == "local":
+        self.server = LocalServer(cfg.analyzer_model)
+        base_url, api_key, name = self.server.url, api_key or "local", self.server.name
+      backend = OpenAIBackend(name, base_url=base_url, api_key=api_key, timeout=cfg.timeout_s,
+                              max_completion_tokens=cfg.max_completion_tokens)
+      self.analyzer = Analyzer(backend, cfg.max_step_skills, parse_attempts=cfg.parse_attempts,
+                               api_retries=cfg.api_retries, workers=cfg.workers)
+    self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="opid-analysis")
+
+  def close(self):
+    self._pool.shutdown(wait=True)
+    if self.server is not None:
+      self.server.close()
+
+  def submit(self, samples: Sequence[Sample], tasks: Sequence[Any], iteration: int) -> Optional[Future]:
+    """Starts the analysis of the batch's trajectories (None when the skill advantage is off this iteration);
+    `tasks[s.group_id]` is sample s's task."""
+    if not self.cfg.active(iteration) or not (self.cfg.w_episode or self.cfg.w_step):
+      return None
+    by_traj = trajectories(samples)
+    failed_only = self.cfg.failed_only_at(iteration)
+    chosen = {t: steps for t, steps in by_traj.items() if not (failed_only and steps[-1].won)}
+
+    def work():
+      t0 = time.perf_counter()
+      if self.cfg.analyzer == "oracle":
+        from agentopd_jax.skills.oracle import OracleEpisode
+        results = self.analyzer.analyze([
+            OracleEpisode(tasks[steps[0].group_id], tuple(s.action for s in steps),
+                          tuple(s.action_valid > 0 for s in steps), bool(steps[-1].won))
+            for steps in chosen.values()])
+      else:
+        results = self.analyzer.analyze([episode_record(steps, self.cfg.gamma) for steps in chosen.values()])
+      stats = dict(self.analyzer.stats, latency_s=time.perf_counter() - t0, trajectories=len(by_traj))
+      return dict(zip(chosen, results)), stats
+    return self._pool.submit(work)
+
+  def advantages(self, params, samples: Sequence[Sample], episode_advantages: Sequence[float],
+                 analysis: Optional[Future], *, pack_width: int, rows_per_call: int, mesh=None
+                 ) -> Tuple[List[Any], Dict[str, float]]:
+    """(per sample: A^OPID over its completion tokens, or the episode advantage alone when the skill term is off;
+    metrics). `params` are the rollout-time params."""
+    if analysis is None:
+      return list(episode_advantages), {}
+    results, stats = analysis.result()
+    cfg = self.cfg
+    routes = [route(s.step_index, results.get(s.traj_id), cfg.w_episode, cfg.w_step, cfg.route) for s in samples]
+    teacher = {}
+    for which, pick in (("episode", 0), ("step", 1)):
+      picked = [i for i, r in enumerate(routes) if r[pick] is not None]
+      seqs = [self._augmented(samples[i], **{f"{which}_skill": routes[i][pick]}) for i in picked]
+      scored = score_teacher(self.model, params, seqs, pack_width=pack_width, rows_per_call=rows_per_call,
+                             mesh=mesh)
+      teacher[which] = dict(zip(picked, (sig.logprobs for sig in scored)))
+    width = max(len(s.completion_ids) for s in samples)
+    mask, old = np.zeros((len(samples), width), np.float32), np.zeros((len(samples), width), np.float32)
+    lp = {w: np.zeros_like(old) for w in teacher}
+    use = {w: np.zeros(len(samples), np.float32) for w in teacher}
+    for i, s in enumerate(samples):
+      n = len(s.completion_ids)
+      mask[i, :n], old[i, :n] = s.completion_mask, s.behaviour_logprobs
+      for w in teacher:
+        if i in teacher[w]:
+          lp[w][i, :n], use[w][i] = teacher[w][i], 1.0
+    adv = np.asarray(opid_advantages(np.asarray(episode_advantages, np.float32), mask, old, lp["episode"],
+                                     use["episode"], lp["step"], use["step"], cfg.w_episode, cfg.w_step,
+                                     cfg.normalize, cfg.clip or None))
+    analysed = sum(isinstance(r, Analysis) for r in results.values())
+    metrics = {"opid/analysed_fraction": analysed / max(stats.get("trajectories", 0), 1),
+               "opid/analysis_failures": float(len(results) - analysed),
+               "opid/parse_failures": float(stats.get("parse_failures", 0)),
+               "opid/api_failures": float(stats.get("api_failures", 0)),
+               "opid/analyzer_latency_s": float(stats["latency_s"])}
+    metrics.update(shift_metrics(mask, old, lp["episode"], use["episode"], lp["step"], use["step"]))
+    return [adv[i, :len(s.completion_ids)] for i, s in enumerate(samples)], metrics
+
+  def _augmented(self, s: Sample, episode_skill: Optional[str] = None, step_skill: Optional[str] = None) -> Sample:
+    """Sample s with its step prompt text re-written with the skill, templated as the rollout templates it and cut
+    to the same prompt limit (its last tokens kept); the response tokens are s's own."""
+    ids = self.chat.prompt_ids(augment_observation(s.prompt_text, episode_skill, step_skill))
+    return dataclasses.replace(s, prompt_ids=ids[-self.max_prompt_tokens:])
