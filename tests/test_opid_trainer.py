@@ -5,6 +5,7 @@ analyzer serves a run checkpoint to the OpenAI client, and a resumed run matches
 import dataclasses
 import importlib.util
 import os
+import shutil
 import types
 
 import jax
@@ -138,9 +139,11 @@ def _params(workdir, step):
 
 
 def test_resumed_run_matches_an_uninterrupted_one(opid_run, tmp_path, games_root):
+  """The run killed after checkpoint 1 (its copy without checkpoint 2) and started again ends where it ended."""
   workdir, _, _ = opid_run
   resumed = tmp_path / "resumed"
-  trainer.train(_config("opid", resumed, games_root, grpo__iterations=1))
+  shutil.copytree(workdir, resumed)
+  shutil.rmtree(resumed / "checkpoints" / "2")
   trainer.train(_config("opid", resumed, games_root))
   for a, b in zip(jax.tree.leaves(_params(workdir, 2)), jax.tree.leaves(_params(str(resumed), 2))):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-6)
