@@ -193,3 +193,21 @@ def test_bad_opid_fields_are_named():
   assert [hindsight.OpidConfig(start_after=2, stop_after=4).active(i) for i in range(1, 6)] == [False, False, True,
                                                                                                  True, False]
   assert [hindsight.OpidConfig(failed_only_after=2).failed_only_at(i) for i in (1, 2, 3)] == [False, False, True]
+
+
+def _step(traj, step, group, observation, reward=0.0, won=False):
+  from agentopd_jax.rollout.types import Sample
+  return Sample(prompt_ids=[1], completion_ids=[2], completion_mask=[1], behaviour_logprobs=[0.0], group_id=group,
+                problem_id="p", traj_id=traj, step_index=step, action_valid=1.0, episode_reward=reward, won=won,
+                observation=observation)
+
+
+def test_the_stats_analyzer_picks_below_mean_steps_of_shared_observations():
+  """Trajectories 0 and 1 (one task group) both saw "A" first; 0 then won, 1 did not, so "A"'s group has variance
+  and 1's step 0 is below its mean: the one pick. Trajectory 2 (another group) saw "A" alone: no group, no pick."""
+  by_traj = hindsight.trajectories([
+      _step(0, 0, 0, "A", 10.0, True), _step(0, 1, 0, "B", 10.0, True),
+      _step(1, 0, 0, "A"), _step(1, 1, 0, "C"), _step(1, 2, 0, "D"),
+      _step(2, 0, 1, "A")])
+  assert hindsight.stats_candidates(by_traj, 0.95, k=5) == {0: (), 1: (0,), 2: ()}
+  assert hindsight.stats_candidates(by_traj, 0.95, k=0) == {0: (), 1: (), 2: ()}

@@ -12,7 +12,8 @@ Per iteration, on the step samples of the rollout:
 A failed analysis (API or parse) gives its trajectory no signal and is counted; it never stops training.
 
 Analyzers, by `opid.analyzer`: "oracle" (offline: the env's expert from each replayed state, `skills.oracle`),
-"openai" (any OpenAI-compatible endpoint through the official client) and "local" (our `agentopd_jax.serve`
+"stats" (the oracle's text, but step skills only at the steps OPID's statistical selector picks: below-mean returns
+in high-variance groups of steps that saw the same observation within a task group), "openai" (any OpenAI-compatible endpoint through the official client) and "local" (our `agentopd_jax.serve`
 started on `opid.analyzer_model`, a model folder or a run, then reached through the same client).
 """
 from __future__ import annotations
@@ -31,10 +32,10 @@ from agentopd_jax.rollout.chat import ChatFormat
 from agentopd_jax.rollout.types import Sample
 from agentopd_jax.scoring.teacher_signals import score_teacher
 from agentopd_jax.skills.analysis import (Analysis, Analyzer, EpisodeRecord, OpenAIBackend, StepRecord,
-                                          discounted_returns)
+                                          discounted_returns, select_critical_steps_by_stats)
 from agentopd_jax.skills.injection import ROUTES, augment_observation, route, task_description
 
-ANALYZERS = ("oracle", "openai", "local")
+ANALYZERS = ("oracle", "stats", "openai", "local")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,11 +95,29 @@ def trajectories(samples: Sequence[Sample]) -> Dict[int, List[Sample]]:
   return {t: sorted(steps, key=lambda s: s.step_index) for t, steps in sorted(out.items())}
 
 
+def step_returns(steps: Sequence[Sample], gamma: float) -> List[float]:
+  """The discounted return from each step of one trajectory. Our envs pay their reward on the last step, so the
+  per-step rewards are 0 … 0, R and the returns γ^(T−1−t)·R."""
+  return discounted_returns([0.0] * (len(steps) - 1) + [steps[-1].episode_reward], gamma)
+
+
+def stats_candidates(by_traj: Dict[int, List[Sample]], gamma: float, k: int) -> Dict[int, Tuple[int, ...]]:
+  """{traj_id: the step indices OPID's statistical selector picks in it} (`select_critical_steps_by_stats` over
+  every step sample of the batch, steps grouped by task group and raw observation, top k per trajectory)."""
+  flat = [(t, s, g) for t, steps in by_traj.items() for s, g in zip(steps, step_returns(steps, gamma))]
+  mask, _ = select_critical_steps_by_stats([g for _, _, g in flat], [s.observation for _, s, _ in flat],
+                                           [s.group_id for _, s, _ in flat], [t for t, _, _ in flat],
+                                           topk_per_traj=k)
+  out: Dict[int, Tuple[int, ...]] = {t: () for t in by_traj}
+  for (t, s, _), picked in zip(flat, mask):
+    if picked:
+      out[t] += (s.step_index,)
+  return out
+
+
 def episode_record(steps: Sequence[Sample], gamma: float) -> EpisodeRecord:
-  """The analyzer's view of one trajectory. Our envs pay their reward on the last step, so the per-step rewards
-  are 0 … 0, R and the step returns γ^(T−1−t)·R."""
-  rewards = [0.0] * (len(steps) - 1) + [steps[-1].episode_reward]
-  returns = discounted_returns(rewards, gamma)
+  """The analyzer's view of one trajectory (`step_returns` on its "Return:" lines)."""
+  returns = step_returns(steps, gamma)
   return EpisodeRecord(
       steps=tuple(StepRecord(s.step_index, s.observation, s.response_text, float(g)) for s, g in zip(steps, returns)),
       success=bool(steps[-1].won), task=task_description(steps[0].prompt_text))
@@ -139,7 +158,7 @@ class HindsightTeacher:
   def __init__(self, cfg: OpidConfig, env_name: str, env_cfg: Any, model, chat: ChatFormat, max_prompt_tokens: int):
     self.cfg, self.model, self.chat, self.max_prompt_tokens = cfg, model, chat, max_prompt_tokens
     self.server = None
-    if cfg.analyzer == "oracle":
+    if cfg.analyzer in ("oracle", "stats"):
       from agentopd_jax.skills.oracle import OracleAnalyzer
       self.analyzer = OracleAnalyzer(env_name, env_cfg, cfg.max_step_skills)
     else:
@@ -169,12 +188,14 @@ class HindsightTeacher:
 
     def work():
       t0 = time.perf_counter()
-      if self.cfg.analyzer == "oracle":
+      if self.cfg.analyzer in ("oracle", "stats"):
         from agentopd_jax.skills.oracle import OracleEpisode
+        picked = (stats_candidates(by_traj, self.cfg.gamma, self.cfg.max_step_skills)
+                  if self.cfg.analyzer == "stats" else {})
         results = self.analyzer.analyze([
             OracleEpisode(tasks[steps[0].group_id], tuple(s.action for s in steps),
-                          tuple(s.action_valid > 0 for s in steps), bool(steps[-1].won))
-            for steps in chosen.values()])
+                          tuple(s.action_valid > 0 for s in steps), bool(steps[-1].won), picked.get(t))
+            for t, steps in chosen.items()])
       else:
         results = self.analyzer.analyze([episode_record(steps, self.cfg.gamma) for steps in chosen.values()])
       stats = dict(self.analyzer.stats, latency_s=time.perf_counter() - t0, trajectories=len(by_traj))

@@ -125,7 +125,8 @@ def cpu_base(env_name: str) -> ml_collections.ConfigDict:
   c.teacher.pool_step = "best"         #   "best", "latest" or a step
 
   c.opid = ml_collections.ConfigDict()  # OPID (grpo.advantage "opid"; teachers/hindsight.py, docs/opid.md)
-  c.opid.analyzer = "oracle"           # "oracle" (offline, the env's expert), "openai" (an OpenAI-compatible
+  c.opid.analyzer = "oracle"           # "oracle" (offline, the env's expert), "stats" (the oracle's text at the
+                                       # steps OPID's statistical selector picks), "openai" (an OpenAI-compatible
                                        # endpoint) or "local" (agentopd_jax.serve on opid.analyzer_model)
   c.opid.analyzer_model = ""           # openai: the model name; local: a model folder or run folder
   c.opid.base_url = ""                 # openai: "" -> OPENAI_BASE_URL
