@@ -82,3 +82,38 @@ def tiny_scoring_batch():
   seg = jnp.asarray([[1] * 8, [1] * 5 + [0] * 3], jnp.int32)
   return model, TrainBatch(tokens=tokens, segment_ids=seg, positions=jnp.tile(jnp.arange(8), (2, 1)) * seg,
                            loss_mask=mask, advantages=jnp.zeros((2, 8)), old_logprobs=jnp.zeros((2, 8)))
+
+
+@pytest.fixture(scope="module")
+def alfworld_games_root(tmp_path_factory):
+  """12 training and 8 validation games, generated into a module's tmp folder (needs the alfworld wheel)."""
+  from agentopd_jax.envs.alfworld import generator
+
+  root = str(tmp_path_factory.mktemp("alfworld"))
+  generator.generate(root, sizes={"train": 12, "valid_seen": 8})
+  return root
+
+
+def tiny_alfworld_config(variant, workdir, games_root, **overrides):
+  """configs/alfworld.py:`variant` shrunk to a seconds-long run on `games_root` (8 fake devices, 2 iterations of
+  2 tasks x 2, 3 env steps); `section__field=value` overrides any field."""
+  import importlib.util
+
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  spec = importlib.util.spec_from_file_location("alfworld_config", os.path.join(root, "configs", "alfworld.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  c = module.get_config(variant)
+  c.workdir = str(workdir)
+  c.env.data_root = games_root
+  c.env.num_workers = 1
+  c.mesh_shape = (8, 1, 1)
+  c.sft.update(dict(steps=2, demos=4, batch_size=8, micro_batch_size=8, max_demo_steps=50))
+  c.grpo.update(dict(iterations=2, tasks_per_iteration=2, group_size=2, mini_batch_size=16, micro_batch_size=8))
+  c.rollout.update(dict(max_steps=3, max_response_tokens=8))
+  c.validation.update(dict(num_tasks=4, attempts=1, every=1))
+  c.logging.update(dict(plot=False, tensorboard=False))
+  for key, value in overrides.items():
+    section, field = key.split("__")
+    c[section][field] = value
+  return c

@@ -3,7 +3,6 @@ are computed, each routed step sample is scored once under its skill prompt with
 advantage is GRPO's plus the weighted shift, a dead analyzer endpoint costs only the skill signal, the `local`
 analyzer serves a run checkpoint to the OpenAI client, and a resumed run matches an uninterrupted one."""
 import dataclasses
-import importlib.util
 import os
 import shutil
 import types
@@ -14,7 +13,7 @@ import pytest
 
 pytest.importorskip("alfworld", reason="generating games needs the alfworld wheel's domain files ([envs] extra)")
 
-from agentopd_jax.envs.alfworld import generator  # noqa: E402
+from conftest import tiny_alfworld_config  # noqa: E402
 from agentopd_jax.models import config as model_config, transformer  # noqa: E402
 from agentopd_jax.scoring.teacher_signals import score_teacher  # noqa: E402
 from agentopd_jax.skills.injection import augment_observation  # noqa: E402
@@ -23,35 +22,16 @@ from agentopd_jax.training import trainer  # noqa: E402
 from agentopd_jax.training.checkpoints import CheckpointPool  # noqa: E402
 from agentopd_jax.training.logging import read_metrics  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
 @pytest.fixture(scope="module")
-def games_root(tmp_path_factory):
-  root = str(tmp_path_factory.mktemp("alfworld"))
-  generator.generate(root, sizes={"train": 12, "valid_seen": 8})
-  return root
+def games_root(alfworld_games_root):
+  return alfworld_games_root
 
 
 def _config(variant, workdir, games_root, **overrides):
-  spec = importlib.util.spec_from_file_location("alfworld_config", os.path.join(ROOT, "configs", "alfworld.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  c = module.get_config(variant)
-  c.workdir = str(workdir)
-  c.env.data_root = games_root
-  c.env.num_workers = 1
-  c.mesh_shape = (8, 1, 1)
-  c.sft.update(dict(steps=2, demos=4, batch_size=8, micro_batch_size=8, max_demo_steps=50, skill_fraction=0.0))
-  c.grpo.update(dict(iterations=2, tasks_per_iteration=2, group_size=2, mini_batch_size=16, micro_batch_size=8))
-  c.rollout.update(dict(max_steps=3, max_response_tokens=8))
-  c.validation.update(dict(num_tasks=2, attempts=1, every=1))
-  c.logging.update(dict(plot=False, tensorboard=False))
-  c.opid.update(dict(w_episode=1.0, w_step=1.0))  # large, so the shift visibly moves the advantages
-  for key, value in overrides.items():
-    section, field = key.split("__")
-    c[section][field] = value
-  return c
+  """The shared tiny run, with OPID's weights at 1 (so the shift visibly moves the advantages), no skill
+  demonstrations and a 2-game panel."""
+  defaults = dict(sft__skill_fraction=0.0, validation__num_tasks=2, opid__w_episode=1.0, opid__w_step=1.0)
+  return tiny_alfworld_config(variant, workdir, games_root, **{**defaults, **overrides})
 
 
 def _train_lines(workdir):

@@ -13,6 +13,7 @@ its own action the outlook is the old one a step shorter, and only a deviation c
 """
 from __future__ import annotations
 
+import abc
 import dataclasses
 from typing import Optional, Sequence, Tuple
 
@@ -48,7 +49,7 @@ class Review:
   done: bool
 
 
-class Replay:
+class Replay(abc.ABC):
   """One episode's env state and its expert; each env subclasses it in its `hindsight.py`.
 
   task: the task's text. done / won: the env's flags for the state reached. horizon: the most expert steps a look
@@ -59,14 +60,17 @@ class Replay:
   won: bool = False
   horizon: int = 100
 
+  @abc.abstractmethod
   def copy(self) -> "Replay":
     """An independent replay in the same state (for looking ahead)."""
     raise NotImplementedError
 
+  @abc.abstractmethod
   def expert(self) -> Optional[str]:
     """The expert's action from the current state; None where it has none (no plan, a state it cannot act from)."""
     raise NotImplementedError
 
+  @abc.abstractmethod
   def step(self, action: str) -> Tuple[bool, str]:
     """Plays `action`: (whether the env could act on it, the step's milestone phrase or "")."""
     raise NotImplementedError
