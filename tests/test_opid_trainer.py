@@ -29,8 +29,9 @@ def games_root(alfworld_games_root):
 
 def _config(variant, workdir, games_root, **overrides):
   """The shared tiny run, with OPID's weights at 1 (so the shift visibly moves the advantages), no skill
-  demonstrations and a 2-game panel."""
-  defaults = dict(sft__skill_fraction=0.0, validation__num_tasks=2, opid__w_episode=1.0, opid__w_step=1.0)
+  demonstrations, a 2-game panel and a rollout temperature that is not 1 (the shift compares log-probs of logits / T)."""
+  defaults = dict(sft__skill_fraction=0.0, validation__num_tasks=2, opid__w_episode=1.0, opid__w_step=1.0,
+                  rollout__temperature=0.8)
   return tiny_alfworld_config(variant, workdir, games_root, **{**defaults, **overrides})
 
 
@@ -103,10 +104,11 @@ def test_each_routed_sample_is_scored_once_under_its_skill_prompt(opid_run):
         text = augment_observation(s.prompt_text, **{f"{route}_skill": skill})
         assert f"[{skill}]" in text and t.completion_ids == s.completion_ids
         assert t.prompt_ids == chat.prompt_ids(text)[-limit:] and limit == c.rollout.max_prompt_tokens
-    # A^OPID = A^ep + w·(log π_old(y | ĥ) − behaviour log-prob), token by token, w = 1 on both routes.
+    # A^OPID = A^ep + w·(log π_old(y | ĥ) − behaviour log-prob), token by token, w = 1 on both routes, both
+    # log-probs at the rollout temperature.
     model = model_config.preset("tiny")
     seqs = ep_seqs + step_seqs
-    teacher = score_teacher(model, params, seqs)
+    teacher = score_teacher(model, params, seqs, temperature=c.rollout.temperature)
     by_seq = {(t.traj_id, t.step_index): sig.logprobs for t, sig in zip(seqs, teacher)}
     for s, a, got in zip(samples, episode_adv, out):
       want = a + (by_seq[(s.traj_id, s.step_index)] - np.asarray(s.behaviour_logprobs))

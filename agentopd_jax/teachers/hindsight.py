@@ -203,10 +203,11 @@ class HindsightTeacher:
     return self._pool.submit(work)
 
   def advantages(self, params, samples: Sequence[Sample], episode_advantages: Sequence[float],
-                 analysis: Optional[Future], *, pack_width: int, rows_per_call: int, mesh=None
-                 ) -> Tuple[List[Any], Dict[str, float]]:
+                 analysis: Optional[Future], *, temperature: float, pack_width: int, rows_per_call: int,
+                 mesh=None) -> Tuple[List[Any], Dict[str, float]]:
     """(per sample: A^OPID over its completion tokens, or the episode advantage alone when the skill term is off;
-    metrics). `params` are the rollout-time params."""
+    metrics). `params` are the rollout-time params; `temperature` is the rollout's, as the behaviour log-probs are
+    of logits / T (verl scores the teacher's forward at the rollout temperature too)."""
     if analysis is None:
       return list(episode_advantages), {}
     results, stats = analysis.result()
@@ -216,8 +217,8 @@ class HindsightTeacher:
     for which, pick in (("episode", 0), ("step", 1)):
       picked = [i for i, r in enumerate(routes) if r[pick] is not None]
       seqs = [self._augmented(samples[i], **{f"{which}_skill": routes[i][pick]}) for i in picked]
-      scored = score_teacher(self.model, params, seqs, pack_width=pack_width, rows_per_call=rows_per_call,
-                             mesh=mesh)
+      scored = score_teacher(self.model, params, seqs, temperature=temperature, pack_width=pack_width,
+                             rows_per_call=rows_per_call, mesh=mesh)
       teacher[which] = dict(zip(picked, (sig.logprobs for sig in scored)))
     width = max(len(s.completion_ids) for s in samples)
     mask, old = np.zeros((len(samples), width), np.float32), np.zeros((len(samples), width), np.float32)

@@ -335,6 +335,7 @@ class Run:
       t_opid = time.perf_counter()
       if trained:
         advantages, opid_metrics = self.hindsight.advantages(state.params, trained, advantages, analysis,
+                                                             temperature=c.rollout.temperature,
                                                              pack_width=c.pack_width,
                                                              rows_per_call=c.grpo.micro_batch_size, mesh=self.mesh)
         metrics.update(opid_metrics)
