@@ -1,4 +1,5 @@
-"""MetricsLogger: JSONL records (NaN -> null, resume truncation), TensorBoard events, curve plots, progress bar."""
+"""MetricsLogger: JSONL records (NaN -> null, resume truncation), TensorBoard events, curve plots, progress bar, and
+what a run shows while it runs (`headline`, `LiveReport`)."""
 import io
 import json
 import struct
@@ -7,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agentopd_jax.training.logging import METRICS_FILE, MetricsLogger, plot_curves, progress, read_metrics
+from agentopd_jax.training.logging import (METRICS_FILE, LiveReport, MetricsLogger, headline, plot_curves, progress,
+                                          read_metrics)
 
 
 def _read_events(path):
@@ -136,3 +138,44 @@ def test_progress_respects_env(monkeypatch):
   bar.update(5)
   bar.close()
   assert bar.n == 5
+
+
+def test_headline_picks_the_figures_that_matter():
+  assert headline({"sft/loss": 1.23456, "sft/grad_norm": 3.0}, "sft") == "loss 1.235"
+  train = {"episode/success_rate": 0.125, "episode/reward/mean": 1.25, "actor/ppo_kl": 0.00123, "time/iteration_s": 91.7,
+           "actor/entropy": 2.0}
+  assert headline(train, "train") == "success 12.5% reward 1.25 ppo_kl 0.00123 92s/it"
+  assert headline({**train, "actor/kl": 0.02}, "train") == "success 12.5% reward 1.25 kl 0.02 92s/it"  # the ref KL
+  val = {"val/success_rate": 0.2, "val/pick_and_place_success_rate": 0.1, "val/look_at_obj_in_light_success_rate": 0.4,
+         "val/time_s": 60.0}
+  assert headline(val, "val") == "success 20.0% (pick_and_place 10.0%, look_at_obj_in_light 40.0%)"
+  shop = {"val/success_rate": 0.01, "val/webshop_task_score (not success_rate)": 0.346}
+  assert headline(shop, "val") == "success 1.0% score 0.346"
+  assert headline({"opd/teacher": "x"}, "opd") == ""
+
+
+def test_live_report_logs_lines_without_a_terminal_and_fills_the_postfix_on_one(tmp_path, caplog, monkeypatch):
+  live = LiveReport(sft_every=10)
+  log = MetricsLogger(tmp_path, use_tensorboard=False, on_log=live)
+  monkeypatch.setenv("AGENTOPD_PROGRESS", "0")  # stderr is not a terminal: log lines
+  with caplog.at_level("INFO", logger="agentopd_jax.training.logging"):
+    for step in live.watch(progress(range(1, 21), "sft")):
+      log.log(step, {"sft/loss": 1.0 / step}, phase="sft")
+    live.watch(None)
+    log.log(1, {"episode/success_rate": 0.5, "time/iteration_s": 10.0}, phase="train")
+    log.log(1, {"val/success_rate": 0.25}, phase="val")
+  assert [r.getMessage() for r in caplog.records] == [
+      "sft 1: loss 1.000", "sft 10: loss 0.100", "sft 20: loss 0.050", "train 1: success 50.0% 10s/it",
+      "val 1: success 25.0%"]
+  assert len(read_metrics(tmp_path)) == 22  # every record still reaches the JSONL file
+  monkeypatch.setenv("AGENTOPD_PROGRESS", "1")  # a terminal: the postfix, no lines
+  caplog.clear()
+  out = io.StringIO()
+  with caplog.at_level("INFO", logger="agentopd_jax.training.logging"):
+    bar = live.watch(progress(2, "grpo", file=out))
+    log.log(2, {"episode/success_rate": 0.5}, phase="train")
+    log.log(2, {"val/success_rate": 0.3}, phase="val")
+    bar.close()
+  assert not caplog.records
+  assert "train: success 50.0% | val: success 30.0%" in out.getvalue()
+  log.close()

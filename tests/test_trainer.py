@@ -5,6 +5,7 @@ the same command, and checks the parameters at the final step equal an uninterru
 """
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -69,7 +70,9 @@ def _params(workdir, step):
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory, games_root):
   workdir = str(tmp_path_factory.mktemp("run_a"))
-  _finish(_train(workdir, games_root))
+  out = _finish(_train(workdir, games_root))
+  with open(os.path.join(workdir, "stdout.txt"), "w") as f:
+    f.write(out)
   return workdir
 
 
@@ -93,6 +96,16 @@ def test_run_records_checkpoints_outcomes_and_logs(uninterrupted):
     assert all(key in r for r in train), key
   assert all(abs(r["rollout/logprob_drift"]) < 1e-4 for r in train)  # sampler and trainer agree
   assert any(name.startswith("events.out.tfevents") for name in os.listdir(os.path.join(uninterrupted, "logs")))
+
+
+def test_a_run_without_a_terminal_logs_one_line_per_iteration_and_validation(uninterrupted):
+  """Piped output (as under nohup or a cluster scheduler) shows each iteration's and validation's figures."""
+  out = open(os.path.join(uninterrupted, "stdout.txt")).read()
+  for step in range(1, ITERATIONS + 1):
+    assert re.search(rf"train {step}: success [0-9.]+% reward -?[0-9.]+ kl [0-9.e-]+ [0-9]+s/it", out), out[-3000:]
+  for step in range(ITERATIONS + 1):
+    assert re.search(rf"val {step}: success [0-9.]+% \([a-z_]+ [0-9.]+%, [a-z_]+ [0-9.]+%\)", out), out[-3000:]
+  assert re.search(r"sft 1: loss [0-9.]+", out)
 
 
 def _kill_after_first_checkpoint(proc, workdir):

@@ -7,6 +7,7 @@ watching a run live. Only the main process should own a `MetricsLogger`.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import sys
@@ -14,9 +15,11 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Callable, Self
 
 import numpy as np
+
+logger = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
 _RESERVED = ("step", "phase", "time")
@@ -55,7 +58,9 @@ class MetricsLogger:
   """
 
   def __init__(self, log_dir: str | os.PathLike, use_tensorboard: bool = True, flush_every: int = 1,
-               own_axis_phases: Iterable[str] = ("sft",)):
+               own_axis_phases: Iterable[str] = ("sft",),
+               on_log: Callable[[int, Mapping[str, Any], str], None] | None = None):
+    """on_log(step, metrics, phase): also called on every record (e.g. a `LiveReport`)."""
     if flush_every < 1:
       raise ValueError(f"flush_every must be >= 1, got {flush_every}")
     self.log_dir = Path(log_dir)
@@ -71,6 +76,7 @@ class MetricsLogger:
     self._writers = {}  # TensorBoard folder -> writer, opened on first use so a resume's purge step can be set first
     self._purge_steps: dict[Path, int] = {}
     self._pending = 0
+    self.on_log = on_log
 
   def _tb_dir(self, phase: str) -> Path:
     return self.log_dir / phase if phase in self.own_axis_phases else self.log_dir
@@ -103,6 +109,8 @@ class MetricsLogger:
     self._pending += 1
     if self._pending >= self.flush_every:
       self.flush()
+    if self.on_log is not None:
+      self.on_log(step, metrics, phase)
 
   def flush(self) -> None:
     self._file.flush()
@@ -217,6 +225,62 @@ def progress(iterable_or_total: Iterable | int, desc: str | None = None, **kwarg
   if isinstance(iterable_or_total, int):
     return tqdm(total=iterable_or_total, desc=desc, **kwargs)
   return tqdm(iterable_or_total, desc=desc, **kwargs)
+
+
+def headline(metrics: Mapping[str, Any], phase: str) -> str:
+  """The figures of one record that say how a run is going: SFT loss; an iteration's success, reward, KL and time;
+  a validation's success overall and per task type / data source (and WebShop's score). "" when it has none."""
+  def get(key):
+    value = metrics.get(key)
+    return None if value is None or isinstance(value, str) else float(np.asarray(value).reshape(()))
+
+  parts = []
+  if phase == "sft":
+    if get("sft/loss") is not None:
+      parts.append(f"loss {get('sft/loss'):.3f}")
+  elif phase == "val":
+    if get("val/success_rate") is not None:
+      parts.append(f"success {100 * get('val/success_rate'):.1f}%")
+    groups = [(k[len("val/"):-len("_success_rate")], get(k)) for k in metrics
+              if k.startswith("val/") and k.endswith("_success_rate") and k != "val/success_rate"]
+    if groups:
+      parts.append("(" + ", ".join(f"{name} {100 * v:.1f}%" for name, v in groups) + ")")
+    score = next((k for k in metrics if k.startswith("val/webshop_task_score")), None)
+    if score:
+      parts.append(f"score {get(score):.3f}")
+  else:
+    for key, label, fmt in (("episode/success_rate", "success", "{:.1%}"), ("episode/reward/mean", "reward", "{:.2f}"),
+                            ("actor/kl", "kl", "{:.3g}"), ("actor/ppo_kl", "ppo_kl", "{:.3g}"),
+                            ("time/iteration_s", "", "{:.0f}s/it")):
+      if get(key) is not None and not (key == "actor/ppo_kl" and get("actor/kl") is not None):
+        parts.append(((label + " ") if label else "") + fmt.format(get(key)))
+  return " ".join(parts)
+
+
+class LiveReport:
+  """What a run shows while it runs (a `MetricsLogger`'s `on_log`). On a terminal each record's `headline` goes into
+  the watched progress bar's postfix (the latest of each phase); otherwise (nohup, cluster logs) it is one log line
+  per iteration and per validation, and one per `sft_every` SFT steps."""
+
+  def __init__(self, sft_every: int = 25):
+    self.sft_every = sft_every
+    self.bar = None
+    self._latest: dict[str, str] = {}
+
+  def watch(self, bar):
+    """Reports into `bar` (a `progress` bar; None: none) from now on; returns it, to iterate over."""
+    self.bar, self._latest = bar, {}
+    return bar
+
+  def __call__(self, step: int, metrics: Mapping[str, Any], phase: str) -> None:
+    text = headline(metrics, phase)
+    if not text:
+      return
+    if self.bar is not None and not self.bar.disable:
+      self._latest[phase] = text
+      self.bar.set_postfix_str(" | ".join(f"{p}: {t}" for p, t in self._latest.items()))
+    elif phase != "sft" or step == 1 or step % self.sft_every == 0:
+      logger.info("%s %d: %s", phase, step, text)
 
 
 def configure_cli_logging():

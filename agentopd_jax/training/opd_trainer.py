@@ -211,8 +211,8 @@ def train_agentic_opd(c) -> Dict:
       run.log.truncate_after(latest, phases=("train", "val", "opd"))
       start = latest + 1
       logger.info("resumed from step %d of %s (teacher: step %d)", latest, run.pool.directory, opd.teacher.step)
-    for iteration in progress(range(start, c.grpo.iterations + 1), desc="agentic-opd", initial=start - 1,
-                              total=c.grpo.iterations):
+    for iteration in run.live.watch(progress(range(start, c.grpo.iterations + 1), desc="agentic-opd",
+                                             initial=start - 1, total=c.grpo.iterations)):
       state = opd.iteration(state, iteration)
       if iteration % c.validation.every == 0 or iteration == c.grpo.iterations:
         opd.validate_and_checkpoint(state, iteration, reselect=iteration % c.opd.selection_interval == 0)

@@ -41,7 +41,7 @@ from agentopd_jax.teachers.hindsight import HindsightTeacher, OpidConfig
 from agentopd_jax.teachers.privileged import SkillContext, Teacher, TeacherConfig, episode_skills, signal_metrics
 from agentopd_jax.training import data
 from agentopd_jax.training.checkpoints import CheckpointPool, run_params
-from agentopd_jax.training.logging import MetricsLogger, plot_curves, progress
+from agentopd_jax.training.logging import LiveReport, MetricsLogger, plot_curves, progress
 from agentopd_jax.training.train_step import (OptimConfig, init_state, make_minibatches, make_optimizer,
                                               make_train_step)
 
@@ -146,7 +146,8 @@ class Run:
     self.val_engine = rollout_engine(c, self.model, self.tokenizer, self.mesh,
                                      len(self.panel) * c.validation.attempts)
     self.pool = CheckpointPool(self.workdir / "checkpoints", keep=c.checkpoint.keep or None)
-    self.log = MetricsLogger(self.workdir / "logs", use_tensorboard=c.logging.tensorboard)
+    self.live = LiveReport()
+    self.log = MetricsLogger(self.workdir / "logs", use_tensorboard=c.logging.tensorboard, on_log=self.live)
     self.loss_cfg = config_dataclass(LossConfig, c.loss)
     if c.pack_width < 0 or (c.pack_width and self.loss_cfg.loss_agg_mode != "token-mean"):
       raise ValueError(f"pack_width={c.pack_width}: packing needs pack_width > 0 and loss.loss_agg_mode "
@@ -222,7 +223,7 @@ class Run:
     state = init_state(jax.tree.map(jnp.copy, self.init_params), optimizer, mesh=self.mesh, model=self.model)
     rng = np.random.default_rng([base_seed(c), 7])
     size = min(c.sft.batch_size, len(demos))
-    for s in progress(range(c.sft.steps), desc="sft"):
+    for s in self.live.watch(progress(range(c.sft.steps), desc="sft")):
       picked = [demos[i] for i in rng.choice(len(demos), size, replace=False)]
       (batch,) = make_minibatches(picked, [0.0] * size, size, c.sft.micro_batch_size, c.pack_width,
                                   mesh=self.mesh)
@@ -235,6 +236,7 @@ class Run:
         batch.loss_mask = ((batch.positions > 0) + (c.sft.reply_weight - 1.0) * batch.loss_mask).astype(np.float32)
       state, metrics = step_fn(state, batch)
       self.log.log(s + 1, {f"sft/{k}": float(v) for k, v in metrics.items()}, phase="sft")
+    self.live.watch(None)
     return state.params
 
   def warm_start(self):
@@ -421,8 +423,8 @@ def train(c) -> Dict:
       run.log.truncate_after(latest, phases=("train", "val"))  # SFT ended before checkpoint 0: its lines stay
       start = latest + 1
       logger.info("resumed from step %d of %s", latest, run.pool.directory)
-    for iteration in progress(range(start, c.grpo.iterations + 1), desc="grpo", initial=start - 1,
-                              total=c.grpo.iterations):
+    for iteration in run.live.watch(progress(range(start, c.grpo.iterations + 1), desc="grpo", initial=start - 1,
+                                             total=c.grpo.iterations)):
       state, _ = run.grpo_iteration(state, iteration)
       if iteration % c.validation.every == 0 or iteration == c.grpo.iterations:
         run.checkpoint(state, iteration, run.validate(state.params, iteration))
