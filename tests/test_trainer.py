@@ -224,7 +224,7 @@ def _opd(workdir, games_root, teacher_run, extra=None, **popen):
   """`:agentic_opd` with the finished GRPO run as the teacher pool. LAD is off: the tiny model wins nothing here,
   so group-rate routing would route nothing, and the test needs the distillation to move the student."""
   extra = {"opd__teacher_run": teacher_run, "opd__lad": "off", "opd__selection_interval": 1, "loss__kl_coef": 0.0,
-           "loss__opd_top_k": 8, "grpo__mini_batch_size": 32, **(extra or {})}
+           "loss__opd_top_k": 8, "grpo__mini_batch_size": 8, **(extra or {})}
   return _train(workdir, games_root, ":agentic_opd", extra, **popen)
 
 
@@ -255,6 +255,8 @@ def test_agentic_opd_distils_the_pool_into_the_best_checkpoint(opd_run, uninterr
   train = [r for r in records if r["phase"] == "train"]
   assert [r["step"] for r in train] == list(range(1, ITERATIONS + 1))
   assert all(r["opd/routed_fraction"] == 1.0 and r["actor/opd_reverse_kl"] > 0 for r in train)
+  # One optimizer step per iteration although the batch has more samples than grpo.mini_batch_size (8).
+  assert all(r["batch/updates"] == 1 and r["batch/samples"] > 8 for r in train)
   assert [r["step"] for r in records if r["phase"] == "opd"] == list(range(ITERATIONS + 1))
   assert os.path.isfile(os.path.join(opd_run, "scheduler_state.json"))
 
@@ -268,6 +270,18 @@ def test_killed_agentic_opd_run_resumes_to_identical_parameters(tmp_path, games_
   with CheckpointPool(os.path.join(workdir, "checkpoints"), read_only=True) as a, \
        CheckpointPool(os.path.join(opd_run, "checkpoints"), read_only=True) as b:
     assert [a.metadata(s)["extra"] for s in a.steps()] == [b.metadata(s)["extra"] for s in b.steps()]
+
+
+def test_agentic_opd_trains_on_whole_trajectories(tmp_path, games_root, uninterrupted):
+  """verl-tool's layout (one sequence per episode, observation tokens masked), the spec's setting, selected by
+  `rollout.layout`: one sample per episode, one update per iteration, the student moves."""
+  workdir = str(tmp_path / "opd_traj")
+  _finish(_opd(workdir, games_root, uninterrupted, {"rollout__layout": "trajectory", "grpo__iterations": 1}))
+  (train,) = [r for r in read_metrics(os.path.join(workdir, "logs")) if r["phase"] == "train"]
+  assert train["batch/samples"] == 2 * 4  # tasks_per_iteration x group_size episodes, one sequence each
+  assert train["batch/updates"] == 1 and train["actor/opd_reverse_kl"] > 0
+  assert any(not np.array_equal(np.asarray(a), np.asarray(b))
+             for a, b in zip(jax.tree.leaves(_params(workdir, 1)), jax.tree.leaves(_params(workdir, 0))))
 
 
 def test_agentic_opd_evaluates_a_teacher_saved_without_outcomes(tmp_path, games_root, uninterrupted):

@@ -182,7 +182,8 @@ def cpu_base(env_name: str) -> ml_collections.ConfigDict:
 def agentic_opd_overrides(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """Agentic-OPD (methods.md §2.3) on top of a run config: the student and teachers come from `opd.teacher_run`
   (that config's default GRPO run), so no SFT; pure top-k reverse-KL OPD (task_loss_coef 0, k = 16), G = 4 rollouts
-  per task, one update per iteration (the mini-batch is the whole batch). The workdir is `runs/<env>_agentic_opd`."""
+  per task, one update per iteration (the OPD trainer makes the whole batch one mini-batch). The workdir is
+  `runs/<env>_agentic_opd`."""
   c.method = "agentic_opd"
   c.opd.teacher_run = c.workdir
   c.workdir = f"runs/{c.env.name}_agentic_opd"
@@ -190,7 +191,6 @@ def agentic_opd_overrides(c: ml_collections.ConfigDict) -> ml_collections.Config
   c.loss.objective = "agentic_opd"     # the loss.opd_* defaults are the authors' (top-k 16, no task term, no KL)
   c.grpo.group_size = 4
   c.grpo.tasks_per_iteration = 8
-  c.grpo.mini_batch_size = 384         # >= the samples of an iteration: one on-policy update per step
   return c
 
 

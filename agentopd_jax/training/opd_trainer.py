@@ -37,6 +37,7 @@ from agentopd_jax.envs.vector import group_tasks
 from agentopd_jax.envs.verl_agent.metrics import episode_metrics
 from agentopd_jax.eval.validate import episode_record, validate
 from agentopd_jax.objectives.distill import lad_mask, problem_success_rates
+from agentopd_jax.rollout.batch import round_up
 from agentopd_jax.sampling.sampler import SamplingParams
 from agentopd_jax.teachers.coverage import solved_set
 from agentopd_jax.teachers.hcn import SCHEDULERS, Teacher, make_scheduler, save_state
@@ -168,7 +169,9 @@ class OpdRun:
     t2 = time.perf_counter()
     # GRPO advantages feed the optional task term (`loss.task_loss_coef`, `loss.lad_other="grpo"`).
     _, advantages = run.advantages(samples, len(tasks))
-    minibatches = make_minibatches(samples, advantages, c.grpo.mini_batch_size,
+    # Exactly one optimizer step per iteration, as the authors' update: the mini-batch is the whole batch, whatever
+    # its size and `grpo.mini_batch_size`, so every micro-batch's top-k support comes from the rollout-time params.
+    minibatches = make_minibatches(samples, advantages, round_up(len(samples), c.grpo.micro_batch_size),
                                    c.grpo.micro_batch_size, c.pack_width, distill_weights=routed.tolist(),
                                    mesh=run.mesh)
     updates = []
@@ -182,7 +185,7 @@ class OpdRun:
     metrics.update({"opd/routed_samples": float(routed.sum()), "opd/routed_fraction": float(routed.mean()),
                     "opd/teacher_step": float(self.teacher.step), "time/generate_s": rollout.stats["generate_s"],
                     "time/lad_s": t2 - t1, "time/update_s": t3 - t2, "time/iteration_s": t3 - t0,
-                    "batch/samples": len(samples),
+                    "batch/samples": len(samples), "batch/updates": len(minibatches),
                     "batch/rows": sum(b.tokens.shape[0] * b.tokens.shape[1] for b in minibatches)})
     run.log.log(iteration, metrics, phase="train")
     return state
