@@ -70,6 +70,8 @@ class EnvSpec:
   hindsight: env_cfg -> ((task, executed env actions) -> `envs.hindsight.Review`), the episode replayed from the
     task's start beside the env's expert, which OPID's oracle analyzer (`skills.oracle`) turns into skills; None: the
     env has no oracle (OPID then needs its LLM analyzer).
+  task_group: task -> its group, the name its validation metrics use (`val/<group>_success_rate`: ALFWorld's task
+    type, search-QA's data source); what `grpo.task_phases` draws by. None: the env's tasks have no groups.
   """
   name: str
   tasks: Callable[[Any], TaskPools]
@@ -81,6 +83,7 @@ class EnvSpec:
   tokenizer_corpus: Callable[[Any], Tuple[List[str], List[str]]] = _no_corpus
   skills: Optional[SkillSpec] = None
   hindsight: Optional[Callable[[Any], Callable[[Any, Sequence[str]], Any]]] = None
+  task_group: Optional[Callable[[Any], Optional[str]]] = None
 
   def expert_policy(self, env_cfg, name: str) -> Callable[[Any], List[str]]:
     """task -> the named expert's actions; an unknown name is an error naming `sft.expert`."""

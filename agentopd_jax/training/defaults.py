@@ -84,6 +84,9 @@ def cpu_base(env_name: str) -> ml_collections.ConfigDict:
   c.grpo.advantage = "grpo"            # registry key: "grpo" (mean_std_norm) or "grpo_mean_norm"; "opid" /
                                        # "opid_mean_norm": the same plus OPID's skill log-prob shift (`opid.*`)
   c.grpo.filter_groups = False         # DAPO dynamic sampling: train only on groups whose episodes' rewards differ
+  c.grpo.task_phases = ""              # a task mix that shifts: "groupA@1,groupB@9" draws iterations 1-8 from group A's
+                                       # training tasks, 9- from B's ("a+b": both; groups as in val/<group>_success_rate:
+                                       # ALFWorld task types, search data sources); "": every iteration, the whole pool
   c.grpo.mini_batch_size = 160         # samples per optimizer step (rows padded up to a multiple)
   c.grpo.micro_batch_size = 16         # rows per micro-batch (a packed row holds several samples)
 

@@ -44,7 +44,6 @@ from agentopd_jax.teachers.hcn import SCHEDULERS, Teacher, make_scheduler, save_
 from agentopd_jax.teachers.atomic import atomic_write_json
 from agentopd_jax.teachers.pool import build_teacher_pool
 from agentopd_jax.teachers.resident import ResidentTeacher
-from agentopd_jax.training import data
 from agentopd_jax.training.checkpoints import CheckpointPool
 from agentopd_jax.training.logging import progress
 from agentopd_jax.training.train_step import init_state, make_minibatches
@@ -158,7 +157,7 @@ class OpdRun:
 
   def iteration(self, state, iteration: int):
     c, run, t0 = self.c, self.run, time.perf_counter()
-    tasks = data.iteration_tasks(run.train_games, c.grpo.tasks_per_iteration, c.seed, iteration)
+    tasks = run.iteration_tasks(iteration)
     envs, groups = group_tasks(tasks, c.grpo.group_size)
     sampling = SamplingParams(temperature=c.rollout.temperature, top_p=c.rollout.top_p, top_k=c.rollout.top_k)
     key = jax.random.fold_in(run.key, iteration)

@@ -139,7 +139,10 @@ class Run:
                        f"--config.model.path=/path/to/hf_folder (random init is only for {RANDOM_INIT_PRESETS})")
     self.mesh = make_mesh(tuple(c.mesh_shape))
     self.model, self.init_params, self.tokenizer = model_and_tokenizer(c, base_seed(c), self.mesh)
-    self.train_games, valid_games = registry.get(c.env.name).tasks(c.env)
+    spec = registry.get(c.env.name)
+    self.train_games, valid_games = spec.tasks(c.env)
+    self.phases = data.phase_pools(self.train_games, spec.task_group, c.grpo.task_phases, c.env.name,
+                                   c.grpo.tasks_per_iteration)
     self.panel = valid_games[:c.validation.num_tasks]
     n_train = c.grpo.tasks_per_iteration * c.grpo.group_size
     self.train_engine = rollout_engine(c, self.model, self.tokenizer, self.mesh, n_train)
@@ -315,9 +318,14 @@ class Run:
         scores, jnp.asarray([s.group_id for s in samples]), jnp.ones(len(samples)), num_groups=num_groups)
     return scores, np.asarray(advantages).tolist()
 
+  def iteration_tasks(self, iteration: int) -> List:
+    """The iteration's task draw, from its `grpo.task_phases` phase's tasks (the whole pool without phases)."""
+    pool = data.phase_pool(self.train_games, self.phases, iteration)
+    return data.iteration_tasks(pool, self.c.grpo.tasks_per_iteration, self.c.seed, iteration)
+
   def grpo_iteration(self, state, iteration: int):
     c, t0 = self.c, time.perf_counter()
-    tasks = data.iteration_tasks(self.train_games, c.grpo.tasks_per_iteration, c.seed, iteration)
+    tasks = self.iteration_tasks(iteration)
     envs, groups = group_tasks(tasks, c.grpo.group_size)
     sampling = SamplingParams(temperature=c.rollout.temperature, top_p=c.rollout.top_p, top_k=c.rollout.top_k)
     context, student_skills = (self.skills.prompt_context(envs, iteration) if self.objective.student_skills

@@ -17,6 +17,7 @@ from typing import List, Optional, Tuple
 
 from agentopd_jax.envs.alfworld.text import AlfworldText
 from agentopd_jax.envs.registry import EnvSpec, SkillSpec, register, shipped_skill_bank
+from agentopd_jax.envs.verl_agent.metrics import alfworld_task_type
 
 
 def cache_dir() -> Path:
@@ -109,4 +110,5 @@ def skill_query(gamefile: str) -> dict:
 SPEC = register(EnvSpec(
     name="alfworld", tasks=games, worker=worker, text_env=AlfworldText, experts=EXPERTS,
     expert=lambda env_cfg, name: functools.partial(expert_actions, expert=name),
-    skills=SkillSpec(bank=shipped_skill_bank("alfworld"), rule="gamefile", query=skill_query), hindsight=hindsight))
+    skills=SkillSpec(bank=shipped_skill_bank("alfworld"), rule="gamefile", query=skill_query), hindsight=hindsight,
+    task_group=alfworld_task_type))

@@ -79,7 +79,13 @@ def skill_query(task) -> dict:
   return {"data_source": task.data_source}
 
 
+def data_source(task) -> str:
+  """A question's group: its data source (`val/<source>_success_rate`)."""
+  return task.data_source
+
+
 SPEC = register(EnvSpec(
     name="search", tasks=questions, worker=worker, text_env=SearchText, experts=("oracle",),
     expert=lambda env_cfg, name: functools.partial(_oracle, env_kwargs(env_cfg)), tokenizer_corpus=tokenizer_corpus,
-    skills=SkillSpec(bank=shipped_skill_bank("search"), rule="search", query=skill_query), hindsight=hindsight))
+    skills=SkillSpec(bank=shipped_skill_bank("search"), rule="search", query=skill_query), hindsight=hindsight,
+    task_group=data_source))
