@@ -82,10 +82,12 @@ def test_explicit_labels_and_a_sweep_manifest(tmp_path, alfworld_runs):
     points.append(dict(name=name, seed=seed, workdir=_run(str(sweep_root), name, "alfworld", seed,
                                                             {8: {"success_rate": value}})))
   (sweep_root / "sweep.json").write_text(json.dumps({"points": points}))
-  runs = compare.find_runs([str(sweep_root), f"base={alfworld_runs}/grpo_s0,{alfworld_runs}/grpo_s1"])
+  runs = compare.find_runs([str(sweep_root), f"base={alfworld_runs}/grpo_s0,{alfworld_runs}/grpo_s1",
+                            f"w=2={sweep_root}/w=1.0-s0"])  # "=" in a label and in a path
   (table,) = compare.tables(runs, baseline="base")
   rows = {r["label"]: r for r in table.rows}
-  assert set(rows) == {"w=0.1", "w=1.0", "base"}
+  assert set(rows) == {"w=0.1", "w=1.0", "base", "w=2"}
+  assert rows["w=2"]["All"] == pytest.approx((10.0, 0.0))
   assert rows["w=0.1"]["All"] == pytest.approx((30.0, 14.1421), abs=1e-3)
   assert rows["w=0.1"]["vs_baseline"][:2] == (2, pytest.approx(15.0))  # (20 − 10 + 40 − 20) / 2
   assert rows["w=1.0"]["vs_baseline"] == (1, pytest.approx(0.0), None, None)  # one shared seed: no test

@@ -64,8 +64,9 @@ def find_runs(args: Sequence[str]) -> List[Run]:
   folder of run folders."""
   runs = []
   for arg in args:
-    label, sep, dirs = arg.partition("=")
-    if sep and not os.path.exists(arg):
+    labelled = _split_label(arg)
+    if labelled:
+      label, dirs = labelled
       runs += [load_run(d, label) for d in dirs.split(",") if d]
     elif os.path.isfile(os.path.join(arg, "sweep.json")):
       with open(os.path.join(arg, "sweep.json")) as f:
@@ -83,6 +84,17 @@ def find_runs(args: Sequence[str]) -> List[Run]:
     else:
       raise ValueError(f"{arg}: no such run or sweep folder")
   return runs
+
+
+def _split_label(arg: str) -> Optional[Tuple[str, str]]:
+  """("label", "dir,dir") of a `label=dir[,dir...]` argument, None for a bare path. Labels and paths may both hold
+  "=" (sweep point names do): the split is at the first "=" after which the first listed folder exists."""
+  if os.path.exists(arg):
+    return None
+  for i, ch in enumerate(arg):
+    if ch == "=" and os.path.exists(arg[i + 1:].split(",")[0]):
+      return arg[:i], arg[i + 1:]
+  return None
 
 
 def cells(run: Run, step: Optional[int] = None) -> Dict[str, float]:
