@@ -21,13 +21,7 @@ CONFIG=configs/alfworld.py
 WARM=$BASE/grpo_s0
 mkdir -p "$OUT"
 
-train() {  # variant workdir extra-flags...
-  local variant=$1 workdir=$2
-  shift 2
-  if [ ! -f "$workdir/summary.json" ]; then
-    python experiments/train.py --config=$CONFIG$variant --config.workdir="$workdir" "$@"
-  fi
-}
+. experiments/runs.sh
 
 train "" "$WARM" --config.seed=0
 for seed in $SEEDS; do
@@ -41,9 +35,7 @@ done
 train ":opid" "$OUT/opid_local_s0" --config.seed=0 --config.warm_start_run="$WARM" --config.grpo.iterations=2 \
   --config.validation.every=2 --config.opid.analyzer=local --config.opid.analyzer_model="$WARM" \
   --config.opid.max_completion_tokens=256
-join() { local IFS=,; echo "$*"; }
-runs() { local prefix=$1 suffix=$2; local out=(); for s in $SEEDS; do out+=("$prefix$s$suffix"); done; join "${out[@]}"; }
 sweep=()
 for w in $WEIGHTS; do sweep+=("opid_w$w=$OUT/opid_w${w}_s0"); done
-python experiments/sdar_report.py grpo="$(runs "$BASE/grpo_s" "")" opid="$(runs "$OUT/opid_s" "")" "${sweep[@]}" \
+python experiments/sdar_report.py grpo="$(seed_runs "$BASE/grpo_s")" opid="$(seed_runs "$OUT/opid_s")" "${sweep[@]}" \
   --plot "$OUT/opid_alfworld.png" --json "$OUT/opid_alfworld.json"

@@ -19,13 +19,7 @@ CONFIG=configs/alfworld.py
 WARM=$OUT/grpo_s0
 mkdir -p "$OUT"
 
-train() {  # variant workdir extra-flags...
-  local variant=$1 workdir=$2
-  shift 2
-  if [ ! -f "$workdir/summary.json" ]; then
-    python experiments/train.py --config=$CONFIG$variant --config.workdir="$workdir" "$@"
-  fi
-}
+. experiments/runs.sh
 
 train "" "$WARM" --config.seed=0
 for seed in $SEEDS; do
@@ -42,7 +36,5 @@ for seed in $SEEDS; do
   done
   [ "$seed" = 0 ] || train "" "$OUT/grpo_s$seed" --config.seed="$seed" --config.warm_start_run="$WARM"
 done
-join() { local IFS=,; echo "$*"; }
-runs() { local m=$1; local out=(); for s in $SEEDS; do out+=("$OUT/${m}_s$s"); done; join "${out[@]}"; }
-python experiments/sdar_report.py grpo="$(runs grpo)" grpo_opsd="$(runs grpo_opsd)" sdar="$(runs sdar)" \
-  --plot "$OUT/sdar_alfworld.png" --json "$OUT/sdar_alfworld.json"
+python experiments/sdar_report.py grpo="$(seed_runs "$OUT/grpo_s")" grpo_opsd="$(seed_runs "$OUT/grpo_opsd_s")" \
+  sdar="$(seed_runs "$OUT/sdar_s")" --plot "$OUT/sdar_alfworld.png" --json "$OUT/sdar_alfworld.json"
