@@ -64,6 +64,18 @@ def test_methods_group_by_folder_name_and_cells_are_mean_sd_over_seeds(alfworld_
   assert at0.rows[1]["All"] == pytest.approx((10.0, 0.0))
 
 
+def test_since_reports_each_seeds_change_and_pairs_the_changes(alfworld_runs):
+  runs = compare.find_runs([alfworld_runs])
+  (table,) = compare.tables(runs, baseline="grpo", since=0)
+  grpo, sdar = table.rows
+  # grpo All 10/20/15 from 10 everywhere: changes 0, 10, 5 -> mean 5, sd 5; Pick g/2: -5, 0, -2.5; Look 2g: 10, 30, 20.
+  assert grpo["All"] == pytest.approx((5.0, 5.0)) and grpo["Pick"] == pytest.approx((-2.5, 2.5))
+  assert sdar["vs_baseline"][:2] == (3, pytest.approx(10.0))  # the same start, so the same paired difference
+  md = compare.markdown(table, "grpo")
+  assert md.startswith("**alfworld** (change since step 0, points)")
+  assert "| grpo | 3 | -2.5 ± 2.5 | +20.0 ± 10.0 | +5.0 ± 5.0 | – | – |" in md
+
+
 def test_search_averages_its_sources_and_webshop_reports_score_and_success(tmp_path):
   root = str(tmp_path)
   _run(root, "a_s0", "search", 0, {4: {"success_rate": 0.3, "nq_success_rate": 0.5, "hotpotqa_success_rate": 0.2}})

@@ -1,4 +1,5 @@
 """configs/alfworld.py: variants, the paper settings they encode, and clear errors for bad fields."""
+import glob
 import importlib.util
 import os
 import subprocess
@@ -9,6 +10,8 @@ import pytest
 from agentopd_jax.objectives.registry import LossConfig
 from agentopd_jax.rollout.engine import RolloutConfig
 from agentopd_jax.training.train_step import OptimConfig
+from agentopd_jax.training import sweep as sweeps
+from agentopd_jax.training.data import parse_task_phases
 from agentopd_jax.training.trainer import Run, config_dataclass
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -21,7 +24,7 @@ def _module():
   return module
 
 
-@pytest.mark.parametrize("variant", ["", "cpu", "qwen2p5_3b", "qwen2p5_7b", "qwen3_1p7b"])
+@pytest.mark.parametrize("variant", ["", "cpu", "qwen2p5_3b", "qwen2p5_7b", "qwen3_1p7b", "forgetting"])
 def test_variants_build_their_dataclasses(variant):
   c = _module().get_config(variant)
   config_dataclass(RolloutConfig, c.rollout)
@@ -41,6 +44,21 @@ def test_paper_setting():
   qwen3 = _module().get_config("qwen3_1p7b")
   assert qwen3.model.preset == "qwen3-1.7b" and qwen3.model.chat_template_kwargs.to_dict() == {"enable_thinking": False}
   assert c.model.chat_template_kwargs.to_dict() == {}
+
+
+def test_forgetting_variant_shifts_the_task_mix_and_keeps_every_validation():
+  c = _module().get_config("forgetting")
+  assert parse_task_phases(c.grpo.task_phases) == [(1, ("pick_and_place",)), (9, ("look_at_obj_in_light",))]
+  assert (c.grpo.iterations, c.validation.every, c.checkpoint.keep) == (16, 2, 0)
+  assert c.workdir == "runs/alfworld_forgetting" and c.method == "grpo"
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(ROOT, "configs", "sweeps", "*.py"))),
+                         ids=os.path.basename)
+def test_every_shipped_sweep_expands(path, monkeypatch):
+  monkeypatch.chdir(ROOT)  # sweep bases are relative to the repository root
+  points = sweeps.expand(sweeps.load_sweep(path))
+  assert points and len({p.workdir for p in points}) == len(points)
 
 
 def test_unknown_variant_is_an_error():

@@ -7,7 +7,8 @@ import sys
 import numpy as np
 import pytest
 
-from agentopd_jax.teachers.coverage import coverage_report, historical_gap, is_solved, solved_set, to_markdown
+from agentopd_jax.teachers.coverage import (coverage_report, forgetting_markdown, forgetting_report, historical_gap,
+                                          is_solved, solved_set, to_markdown)
 from agentopd_jax.training.checkpoints import CheckpointPool
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -104,3 +105,33 @@ def test_cli_writes_json_markdown_and_png(tmp_path):
   assert "| 8 (best) |" in (out / "coverage.md").read_text()
   assert (out / "coverage.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   assert json.loads(proc.stdout.strip().splitlines()[-1])["union_over_best"] == 2.0
+
+
+def test_forgetting_report_tells_skill_from_luck_by_hand_values(tmp_path):
+  then = {P1: (5, 16), P2: (4, 16), L1: (0, 16), L2: (3, 16), X: (0, 16)}
+  now = {P1: (0, 16), P2: (0, 16), L1: (6, 16), L2: (3, 16), X: (0, 16)}
+  report = forgetting_report(then, now)
+  # P(X >= 5) for X ~ Hypergeometric(32 attempts, 5 wins, 16 drawn) = C(16,5) / C(32,5) = 4368 / 201376.
+  assert report["problems"][P1]["p_forgotten"] == pytest.approx(4368 / 201376)
+  assert report["problems"][P2]["p_forgotten"] == pytest.approx(1820 / 35960)  # 0.0506: could be luck
+  assert report["forgotten"] == [P1] and report["learned"] == [L1]
+  pick = report["per_type"]["pick_and_place"]
+  assert (pick["problems"], pick["then"], pick["now"], pick["forgotten"]) == (2, 9 / 32, 0.0, 1)
+  assert pick["wilcoxon_p"] == pytest.approx(0.5)  # 2 problems, both down: exact two-sided p = 2 / 2^2
+  assert report["per_type"]["other"]["wilcoxon_p"] is None  # nothing changed
+  md = forgetting_markdown(report, "t")
+  assert "| pick_and_place | 2 | 28.1 | 0.0 | 1 | 0 | 0.5 |" in md and f"| {P1} | 5/16 | 0/16 | 0.0217 |" in md
+  with pytest.raises(ValueError, match="share no problem"):
+    forgetting_report({P1: (1, 2)}, {P2: (1, 2)})
+  # the command reads two evaluate.py reports
+  for name, outcomes in (("then", then), ("now", now)):
+    (tmp_path / f"{name}.json").write_text(json.dumps({"outcomes": {p: list(v) for p, v in outcomes.items()}}))
+  proc = subprocess.run([sys.executable, "experiments/forgetting.py", f"--then={tmp_path / 'then.json'}",
+                         f"--now={tmp_path / 'now.json'}", f"--out={tmp_path / 'f'}"],
+                        cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert json.loads((tmp_path / "f" / "forgetting.json").read_text())["forgotten"] == [P1]
+  assert "| pick_and_place | 2 |" in (tmp_path / "f" / "forgetting.md").read_text()
+  bad = subprocess.run([sys.executable, "experiments/forgetting.py", f"--then={tmp_path / 'nope.json'}",
+                        f"--now={tmp_path / 'now.json'}"], cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert bad.returncode != 0 and "nope.json" in bad.stderr

@@ -98,9 +98,11 @@ def test_summary_explicit_outcomes_and_non_alfworld():
                            data_source="webshop") for i in range(4)]
   summary = evaluation_summary(records, outcomes={"g0": (1, 4), "g1": (0, 4)}, ks=(1, 4))
   assert summary["problems"] == 2 and summary["pass_at_k"] == {"pass@1": 0.125, "pass@4": 0.5}
+  assert summary["outcomes"] == {"g0": [1, 4], "g1": [0, 4]}
   assert summary["task_score_mean"] == pytest.approx(0.375)
   md = to_markdown(summary)
   assert "| Task type |" not in md  # no ALFWorld episode, no per-type table
   assert "| Task score (x100) | 37.5 |" in md
   no_outcomes = evaluation_summary(records)  # no gamefiles: no problems, pass@k n/a
   assert no_outcomes["problems"] is None and no_outcomes["pass_at_k"] == {"pass@1": None}
+  assert no_outcomes["outcomes"] is None

@@ -122,3 +122,17 @@ def test_every_baseline_trains_from_one_warm_start(sdar_run, tmp_path, games_roo
   assert np.isfinite(line["actor/loss"])
   config = json.loads((tmp_path / "run" / "config.json").read_text())
   assert config["loss"]["objective"] == variant
+
+
+def test_warm_start_step_continues_from_a_later_checkpoint(sdar_run, tmp_path, games_root):
+  """Continued GRPO from where a run ended (the forgetting benchmark's baseline): step 0 is that run's checkpoint."""
+  workdir, _, _ = sdar_run
+  c = _config("", tmp_path / "run", games_root, grpo__iterations=1)
+  c.warm_start_run, c.warm_start_step = workdir, "latest"
+  trainer.train(c)
+  for a, b in zip(jax.tree.leaves(_params(workdir, 2)), jax.tree.leaves(_params(str(tmp_path / "run"), 0))):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  c = _config("", tmp_path / "bad", games_root, grpo__iterations=1)
+  c.warm_start_run, c.warm_start_step = workdir, "7"
+  with pytest.raises(ValueError, match=r"warm_start_step=7: not a checkpoint"):
+    trainer.train(c)

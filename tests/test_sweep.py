@@ -46,6 +46,16 @@ def test_points_are_seed_major_with_every_grid_and_zip_setting():
   assert len({p.name for p in points}) == len(points)
 
 
+def test_zip_labels_name_methods_that_differ_in_several_fields():
+  s = _sweep(base=f"{ALFWORLD}:agentic_opd", grid={"grpo": {"iterations": [4, 8]}},
+             zip={"method": ["agentic_opd", "grpo"], "loss": {"objective": ["agentic_opd", "grpo"]}},
+             zip_labels=("hcn_lad", "continued_grpo"))
+  points = sweeps.expand(s)
+  assert [p.name for p in points[:4]] == ["iterations=4-hcn_lad-s0", "iterations=4-continued_grpo-s0",
+                                          "iterations=8-hcn_lad-s0", "iterations=8-continued_grpo-s0"]
+  assert dict(points[1].overrides) == {"grpo.iterations": 4, "method": "grpo", "loss.objective": "grpo"}
+
+
 def test_one_base_and_no_axes_names_points_by_variant_and_seed_and_tuples_pass_as_flags():
   points = sweeps.expand(_sweep(overrides={"mesh_shape": (4, 2, 1)}))
   assert [p.name for p in points] == ["opid-s0", "opid-s1"]
@@ -67,6 +77,9 @@ def test_one_base_and_no_axes_names_points_by_variant_and_seed_and_tuples_pass_a
     (dict(overrides={"seed": 3}), r"sweep\.overrides\.seed: 'seed' is set by the sweep"),
     (dict(overrides={"opid": {"w_step": 1.0}}, grid={"opid": {"w_step": [1.0]}}), r"\['opid\.w_step'\] set in more"),
     (dict(grid={"opid": {"analyzer": ["oracle", None]}}), r"sweep\.grid\.opid\.analyzer: None cannot"),
+    (dict(zip={"opid": {"w_step": [1.0, 2.0]}}, zip_labels=("a",)), r"sweep\.zip_labels: 2 distinct non-empty"),
+    (dict(zip={"opid": {"w_step": [1.0, 2.0]}}, zip_labels=("a", "a")), r"sweep\.zip_labels: 2 distinct"),
+    (dict(zip_labels=("a",)), r"sweep\.zip_labels: names zip columns, but the sweep has no zip"),
 ])
 def test_a_bad_sweep_field_is_one_error_naming_it(fields, message):
   with pytest.raises(ValueError, match=message):

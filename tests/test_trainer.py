@@ -203,18 +203,21 @@ def test_probe_cli_reads_a_checkpoint(uninterrupted, games_root):
   assert report["decisions"] and all(0.0 <= v["verb_probability"] <= 1.0 for v in report["decisions"].values())
 
 
-def test_seed_report_reads_finished_runs(uninterrupted, tmp_path):
-  png = tmp_path / "seeds.png"
-  out = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "seed_report.py"), uninterrupted,
-                        uninterrupted, "--plot", str(png)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+def test_compare_reads_a_real_run_folder(uninterrupted, tmp_path):
+  """compare.py on what train.py leaves (not hand-written logs): the start, the final and their change."""
+  png, table = tmp_path / "curves.png", tmp_path / "t.json"
+  out = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "compare.py"), f"a={uninterrupted}",
+                        f"b={uninterrupted}", "--since=0", "--baseline=a", "--json", str(table), "--plot", str(png)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
   assert out.returncode == 0, out.stderr[-2000:]
-  assert png.stat().st_size > 0
-  report = json.loads(out.stdout.strip().splitlines()[-1])
+  assert png.stat().st_size > 0 and "(change since step 0, points)" in out.stdout
   with CheckpointPool(os.path.join(uninterrupted, "checkpoints"), read_only=True) as pool:
     start = pool.metadata(0)["metrics"]["val/success_rate"]
     final = pool.metadata(ITERATIONS)["metrics"]["val/success_rate"]
-  assert [r["sft"] for r in report["runs"]] == [start, start] and report["runs"][0]["final"] == final
-  assert report["mean_std"]["lift"] == [pytest.approx(final - start), 0.0]
+  (alfworld,) = json.loads(table.read_text())
+  assert alfworld["since"] == 0
+  assert alfworld["rows"][0]["All"] == [pytest.approx(100 * (final - start)), 0.0]
+  assert alfworld["rows"][1]["vs_baseline"][:2] == [1, 0.0]
 
 
 # ---------------------------------------------------------------- Agentic-OPD on the GRPO run above

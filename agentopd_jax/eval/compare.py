@@ -2,7 +2,8 @@
 
 Runs are grouped into methods by label: a sweep's points by their name without the seed ("kl_coef=0.01-s1" ->
 "kl_coef=0.01"), a run folder by its name without a trailing "_s<seed>"/"-s<seed>", or as the caller labels them.
-Each run contributes its validation metrics at one step (the last by default; `step=N` for another); a method's cell
+Each run contributes its validation metrics at one step (the last by default; `step=N` for another), or with
+`since=M` their change from step M to that step (points; M = 0: what training did to the start); a method's cell
 is mean ± sd over its seeds, in percent. Columns per env, those the runs report:
   alfworld  Pick Look Clean Heat Cool Pick2 All   (per task type; All = every episode)
   search    NQ Triv Pop Hotp 2Wk MuS Bam Avg      (per data source; Avg = their mean, as the papers average)
@@ -136,10 +137,17 @@ class Table:
   env: str
   columns: List[str]
   rows: List[Dict]  # label, seeds, per column (mean, sd), vs_baseline (n, diff, t, p) or None
+  since: Optional[int] = None  # cells are changes from this validation step
 
 
-def tables(runs: Sequence[Run], baseline: Optional[str] = None, step: Optional[int] = None) -> List[Table]:
-  """One table per env, methods in first-seen order."""
+def _change(run: Run, step: Optional[int], since: int) -> Dict[str, float]:
+  after, before = cells(run, step), cells(run, since)
+  return {c: after[c] - before[c] for c in after if c in before}
+
+
+def tables(runs: Sequence[Run], baseline: Optional[str] = None, step: Optional[int] = None,
+           since: Optional[int] = None) -> List[Table]:
+  """One table per env, methods in first-seen order; with `since`, of each run's change from that step."""
   out = []
   for env in dict.fromkeys(r.env for r in runs):
     env_runs = [r for r in runs if r.env == env]
@@ -148,7 +156,7 @@ def tables(runs: Sequence[Run], baseline: Optional[str] = None, step: Optional[i
       seeds = by_label.setdefault(r.label, {})
       if r.seed in seeds:
         raise ValueError(f"{r.workdir}: method {r.label!r} has seed {r.seed} twice")
-      seeds[r.seed] = cells(r, step)
+      seeds[r.seed] = cells(r, step) if since is None else _change(r, step, since)
     if baseline is not None and baseline not in by_label:
       raise ValueError(f"--baseline {baseline!r} is not among the {env} methods {sorted(by_label)}")
     present = {c for seeds in by_label.values() for v in seeds.values() for c in v}
@@ -166,17 +174,19 @@ def tables(runs: Sequence[Run], baseline: Optional[str] = None, step: Optional[i
         row["vs_baseline"] = paired({s: v[head] for s, v in seeds.items()},
                                     {s: v[head] for s, v in by_label[baseline].items()})
       rows.append(row)
-    out.append(Table(env, columns, rows))
+    out.append(Table(env, columns, rows, since))
   return out
 
 
 def markdown(table: Table, baseline: Optional[str] = None) -> str:
   head = HEADLINE.get(table.env, "All")
   cols = ["Method", "Seeds"] + table.columns + ([f"Δ {head} vs {baseline}", "paired t (p)"] if baseline else [])
-  lines = [f"**{table.env}**", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+  title = f"**{table.env}**" + ("" if table.since is None else f" (change since step {table.since}, points)")
+  lines = [title, "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+  sign = "+" if table.since is not None else ""
   for row in table.rows:
     cells_ = [row["label"], str(len(row["seeds"]))]
-    cells_ += ["–" if row[c] is None else f"{row[c][0]:.1f} ± {row[c][1]:.1f}" for c in table.columns]
+    cells_ += ["–" if row[c] is None else f"{row[c][0]:{sign}.1f} ± {row[c][1]:.1f}" for c in table.columns]
     if baseline:
       vs = row["vs_baseline"]
       if vs is None:

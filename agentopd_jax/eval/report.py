@@ -80,7 +80,8 @@ def evaluation_summary(records: Sequence[EpisodeRecord], outcomes: Mapping[Hasha
                        ks: Sequence[int] = (1,)) -> dict:
   """Everything a report shows, JSON-ready. `outcomes` ({problem: (successes, attempts)}) defaults to grouping the
   records by game file when all have one; pass@k is None for a k above the fewest attempts of any problem, so each
-  reported pass@k averages over the same problems. `metrics` holds the full verl-agent metric dict.
+  reported pass@k averages over the same problems. `outcomes` is kept per problem; `metrics` holds the full verl-agent
+  metric dict.
   """
   metrics = episode_metrics(records)
   if outcomes is None and all(e.gamefile for e in records):
@@ -96,6 +97,8 @@ def evaluation_summary(records: Sequence[EpisodeRecord], outcomes: Mapping[Hasha
       "length_mean": metrics["length/mean"],
       "task_score_mean": metrics.get(WEBSHOP_SCORE_KEY),
       "pass_at_k": {f"pass@{k}": pass_at_k_by_problem(outcomes, k) if k <= min_attempts else None for k in ks},
+      # per problem [successes, attempts]: what two checkpoints' evaluations are compared on, problem by problem
+      "outcomes": {str(p): [int(s), int(n)] for p, (s, n) in outcomes.items()} if outcomes is not None else None,
       "metrics": metrics,
   }
 

@@ -5,7 +5,7 @@ The values are the CPU default (tiny model, built-in tokenizer, SFT warm start t
 (docs/results.md); each env config sets its `env` section and overrides what its episodes need. Paper presets
 start from here too, so a field exists in every config and an override of it is never an unknown-key error.
 """
-from typing import Callable
+from typing import Callable, Dict, Optional
 
 import ml_collections
 
@@ -21,6 +21,8 @@ def cpu_base(env_name: str) -> ml_collections.ConfigDict:
   c.mesh_shape = (-1, 1, 1)            # (data, fsdp, tensor)
   c.warm_start_run = ""                # a run folder: its step-0 checkpoint (the warm start) is this run's start, no
                                        # SFT (methods compared from one warm start; the model config must match)
+  c.warm_start_step = "0"              # which checkpoint of warm_start_run: "0" (its warm start), "best", "latest" or
+                                       # a step (continued GRPO from where a run ended, against Agentic-OPD's student)
   c.pack_width = 512                   # training rows hold several samples, up to this many tokens (rows widen to the
                                        # longest sample); 0: one sample per row. Needs loss_agg_mode "token-mean"
 
@@ -262,13 +264,19 @@ def opid_overrides(c: ml_collections.ConfigDict, paper: bool) -> ml_collections.
 
 
 def select_variant(arg: str, config_file: str, cpu: Callable[[], ml_collections.ConfigDict],
-                   paper: Callable[[str], ml_collections.ConfigDict]) -> ml_collections.ConfigDict:
+                   paper: Callable[[str], ml_collections.ConfigDict],
+                   extra: Optional[Dict[str, Callable[[], ml_collections.ConfigDict]]] = None
+                   ) -> ml_collections.ConfigDict:
   """`get_config(arg)` of an env config: "" or "cpu" -> `cpu()`, "agentic_opd" -> Agentic-OPD on the CPU default's
   GRPO run, a PAPER_MODELS key -> `paper(arg)`; "opid" or a SKILL_METHODS name, alone or before a PAPER_MODELS key
-  ("sdar", "sdar_qwen2p5_3b", "opid_qwen3_1p7b"), -> that method on the CPU default or on the paper setting."""
+  ("sdar", "sdar_qwen2p5_3b", "opid_qwen3_1p7b"), -> that method on the CPU default or on the paper setting; a key of
+  `extra` -> that env config's own variant (ALFWorld's "forgetting")."""
   variant = arg or "cpu"
+  extra = extra or {}
   if variant == "cpu":
     return cpu()
+  if variant in extra:
+    return extra[variant]()
   if variant == "agentic_opd":
     return agentic_opd_overrides(cpu())
   if variant in PAPER_MODELS:
@@ -282,6 +290,7 @@ def select_variant(arg: str, config_file: str, cpu: Callable[[], ml_collections.
       return skill_method_overrides(cpu(), method)
     if variant.startswith(method + "_") and variant[len(method) + 1:] in PAPER_MODELS:
       return skill_method_overrides(paper(variant[len(method) + 1:]), method)
-  raise ValueError(f"unknown {config_file} variant {variant!r}; choose cpu, agentic_opd, opid, one of "
+  raise ValueError(f"unknown {config_file} variant {variant!r}; choose cpu, agentic_opd, opid, "
+                   f"{''.join(name + ', ' for name in sorted(extra))}one of "
                    f"{sorted(PAPER_MODELS)}, one of {SKILL_METHODS} or <method>_<model> (e.g. sdar_qwen2p5_3b, "
                    f"opid_qwen2p5_3b)")

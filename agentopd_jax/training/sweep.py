@@ -8,6 +8,8 @@ A sweep file's `get_config()` returns a ConfigDict with
   overrides  fixed values, nested as the run config is: {"warm_start_run": "runs/x", "loss": {"sdar_coef": 1.0}}
   grid       nested the same way, with a list at each leaf: every combination of the leaves' values
   zip        nested the same way, with equal-length lists at the leaves: one axis whose leaves vary together
+  zip_labels optional: one name per zip column, used in the points' names instead of the zipped settings (methods
+             that differ in several fields: ("hcn_lad", "static_best", "grpo"))
 Fields are read in ConfigDict's (sorted) order. Points are ordered seed-major (every method and setting of seed 0 first, so a partly run sweep already pairs them),
 then base, grid, zip. A point whose workdir has summary.json is finished and skipped; one with checkpoints resumes
 (train.py resumes from the newest); `root/sweep.json` lists the points for `experiments/compare.py` and schedulers.
@@ -28,7 +30,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import ml_collections
 
-FIELDS = ("base", "root", "seeds", "overrides", "grid", "zip")
+FIELDS = ("base", "root", "seeds", "overrides", "grid", "zip", "zip_labels")
 RESERVED = ("workdir", "seed")  # set by the sweep for every point
 
 
@@ -159,6 +161,14 @@ def expand(sweep: ml_collections.ConfigDict, where: str = "sweep") -> List[Point
   if len({len(v) for _, v in zipped}) > 1:
     raise ValueError(f"{where}.zip: every list must have the same length, got "
                      f"{ {k: len(v) for k, v in zipped} }")
+  labels = sweep.get("zip_labels")
+  if labels is not None:
+    if not zipped:
+      raise ValueError(f"{where}.zip_labels: names zip columns, but the sweep has no zip")
+    columns = len(zipped[0][1])
+    if (not isinstance(labels, (list, tuple)) or len(labels) != columns
+        or not all(isinstance(l, str) and l for l in labels) or len(set(labels)) != len(labels)):
+      raise ValueError(f"{where}.zip_labels: {columns} distinct non-empty names, one per zip column, got {labels!r}")
   axis_keys = [k for k, _ in grid + zipped]
   every = axis_keys + [k for k, _ in fixed]
   twice = sorted({k for k in every if every.count(k) > 1})
@@ -174,13 +184,16 @@ def expand(sweep: ml_collections.ConfigDict, where: str = "sweep") -> List[Point
   grid_settings = list(itertools.product(*[[(k, v) for v in values] for k, values in grid]))
   zip_settings = ([tuple(zip([k for k, _ in zipped], column)) for column in zip(*[v for _, v in zipped])]
                   if zipped else [()])
+  zip_names = (list(labels) if labels is not None
+               else [[_name_part(k, v, axis_keys) for k, v in z] for z in zip_settings])
   points = []
   for seed in seeds:
     for base in bases:
       for g in grid_settings:
-        for z in zip_settings:
+        for z, z_name in zip(zip_settings, zip_names):
           parts = ([_base_label(base, bases)] if len(bases) > 1 or not (grid or zipped) else [])
-          parts += [_name_part(k, v, axis_keys) for k, v in g + z] + [f"s{seed}"]
+          parts += [_name_part(k, v, axis_keys) for k, v in g] + ([z_name] if labels is not None else z_name)
+          parts += [f"s{seed}"]
           name = _safe("-".join(parts))
           points.append(Point(name, base, seed, tuple(fixed) + tuple(g) + tuple(z),
                               os.path.join(sweep.root, name)))

@@ -243,10 +243,12 @@ class Run:
     return state.params
 
   def warm_start(self):
-    """GRPO's starting params: step 0 of `warm_start_run`'s pool, else the SFT warm start, else the initial params."""
+    """GRPO's starting params: checkpoint `warm_start_step` (default 0, the warm start) of `warm_start_run`'s pool,
+    else the SFT warm start, else the initial params."""
     c = self.c
     if c.warm_start_run:
-      return run_params(c.warm_start_run, 0, sharded_abstract_params(self.model, self.mesh), "warm_start_run's step")[0]
+      return run_params(c.warm_start_run, c.warm_start_step, sharded_abstract_params(self.model, self.mesh),
+                        "warm_start_step")[0]
     return self.sft() if c.sft.steps else jax.tree.map(jnp.copy, self.init_params)
 
   def demonstrations(self) -> List[Sample]:
