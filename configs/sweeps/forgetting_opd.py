@@ -3,14 +3,14 @@
   python experiments/sweep.py --sweep=configs/sweeps/forgetting_opd.py
   python experiments/compare.py --baseline=continued_grpo runs/sweeps/forgetting_opd
 
-The pool is a GRPO run whose task mix shifted (configs/alfworld.py:forgetting: 8 iterations of pick_and_place, then 8
-of look_at_obj_in_light, a checkpoint every 2), made from SDAR's warm start by
+The pool is a GRPO run whose task mix shifted (configs/alfworld.py:forgetting: 8 iterations of look_at_obj_in_light,
+then 12 of pick_and_place, a checkpoint every 2), made from SDAR's warm start by
 
   python experiments/train.py --config=configs/alfworld.py:forgetting \\
-      --config.workdir=runs/forgetting/pick_then_look_s0 --config.warm_start_run=runs/sdar_exp/grpo_s0
+      --config.workdir=runs/forgetting/look_then_pick_s0 --config.warm_start_run=runs/sdar_exp/grpo_s0
 
-Its last checkpoint, the policy that forgot Pick, is the student of every method. Four methods, 3 seeds each, on one
-budget (the same iterations, each rolling out 8 tasks x 4 with the student, from both task types):
+Its last checkpoint, the policy that lost some of Look, is the student of every method. Four methods, 3 seeds each, on
+one budget (the same iterations, each rolling out 8 tasks x 4 with the student, from both task types):
   hcn_lad         Agentic-OPD as published: HCN (v3) picks the teacher every 4 iterations, LAD routes rollouts
   static_best     the pool's best-validation checkpoint teaches throughout, with LAD
   hcn_no_lad      HCN, every rollout distilled
@@ -18,7 +18,7 @@ budget (the same iterations, each rolling out 8 tasks x 4 with the student, from
 """
 import ml_collections
 
-POOL = "runs/forgetting/pick_then_look_s0"
+POOL = "runs/forgetting/look_then_pick_s0"
 
 
 def get_config():
