@@ -14,7 +14,8 @@ Variants (`get_config(arg)`):
   opid           OPID (docs/opid.md): GRPO plus the hindsight-skill advantage, the oracle analyzer on CPU, an
                  OpenAI-compatible one on a paper model (opid_qwen2p5_3b).
   forgetting     the forgetting benchmark's teacher pool (docs/results.md): GRPO whose task mix shifts, 8 iterations
-                 of look_at_obj_in_light then 12 of pick_and_place, validated (and checkpointed) every 2 iterations;
+                 of look_at_obj_in_light then 12 of pick_and_place at lr 3e-4, validated (and checkpointed) every 2
+                 iterations;
                  Agentic-OPD and continued GRPO then start from its pool (configs/sweeps/forgetting_opd.py).
 Any field can be overridden (`--config.grpo.iterations=5`); an unknown field is an error naming it. The env-agnostic
 fields live in `agentopd_jax/training/defaults.py`.
@@ -65,6 +66,7 @@ def _forgetting():
   # The order that forgets: Look learnt in phase A fades under Pick; Pick learnt first survives Look (docs/results.md)
   c.grpo.task_phases = "look_at_obj_in_light@1,pick_and_place@9"
   c.grpo.iterations = 20
+  c.optim.learning_rate = 3e-4         # at the default 1e-4 the shift does not erase Look (docs/results.md)
   c.validation.every = 2
   return c
 

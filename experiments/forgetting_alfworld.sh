@@ -6,7 +6,7 @@
 #
 # 1. SDAR's warm start (the CPU default's SFT, runs/sdar_exp/grpo_s0 step 0; made here when missing).
 # 2. The pool: configs/alfworld.py:forgetting from that warm start, 8 iterations of look_at_obj_in_light, then 12
-#    of pick_and_place, a validated checkpoint every 2.
+#    of pick_and_place at lr 3e-4, a validated checkpoint every 2.
 # 3. Skill, not luck: the end of phase A (step 8) and the last checkpoint re-evaluated with $ATTEMPTS attempts per
 #    problem, compared problem by problem (experiments/forgetting.py); the pool's coverage (experiments/coverage.py).
 # 4. Agentic-OPD on that pool against continued GRPO, 3 seeds (configs/sweeps/forgetting_opd.py), and the tables:
@@ -15,7 +15,7 @@ set -euo pipefail
 ATTEMPTS=${ATTEMPTS:-16}
 CONFIG=configs/alfworld.py
 WARM=runs/sdar_exp/grpo_s0
-POOL=runs/forgetting/look_then_pick_s0   # configs/sweeps/forgetting_opd.py's POOL
+POOL=runs/forgetting/look_then_pick_lr3e-4_s0   # configs/sweeps/forgetting_opd.py's POOL
 
 . experiments/runs.sh
 

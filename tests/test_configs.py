@@ -49,7 +49,7 @@ def test_paper_setting():
 def test_forgetting_variant_shifts_the_task_mix_and_keeps_every_validation():
   c = _module().get_config("forgetting")
   assert parse_task_phases(c.grpo.task_phases) == [(1, ("look_at_obj_in_light",)), (9, ("pick_and_place",))]
-  assert (c.grpo.iterations, c.validation.every, c.checkpoint.keep) == (20, 2, 0)
+  assert (c.grpo.iterations, c.validation.every, c.checkpoint.keep, c.optim.learning_rate) == (20, 2, 0, 3e-4)
   assert c.workdir == "runs/alfworld_forgetting" and c.method == "grpo"
 
 

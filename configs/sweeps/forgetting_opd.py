@@ -4,10 +4,10 @@
   python experiments/compare.py --baseline=continued_grpo runs/sweeps/forgetting_opd
 
 The pool is a GRPO run whose task mix shifted (configs/alfworld.py:forgetting: 8 iterations of look_at_obj_in_light,
-then 12 of pick_and_place, a checkpoint every 2), made from SDAR's warm start by
+then 12 of pick_and_place at lr 3e-4, a checkpoint every 2), made from SDAR's warm start by
 
   python experiments/train.py --config=configs/alfworld.py:forgetting \\
-      --config.workdir=runs/forgetting/look_then_pick_s0 --config.warm_start_run=runs/sdar_exp/grpo_s0
+      --config.workdir=runs/forgetting/look_then_pick_lr3e-4_s0 --config.warm_start_run=runs/sdar_exp/grpo_s0
 
 Its last checkpoint, the policy that lost some of Look, is the student of every method. Four methods, 3 seeds each, on
 one budget (the same iterations, each rolling out 8 tasks x 4 with the student, from both task types):
@@ -18,7 +18,7 @@ one budget (the same iterations, each rolling out 8 tasks x 4 with the student, 
 """
 import ml_collections
 
-POOL = "runs/forgetting/look_then_pick_s0"
+POOL = "runs/forgetting/look_then_pick_lr3e-4_s0"
 
 
 def get_config():
