@@ -93,7 +93,11 @@ def test_explicit_labels_and_a_sweep_manifest(tmp_path, alfworld_runs):
   for name, seed, value in (("w=0.1-s0", 0, 0.2), ("w=0.1-s1", 1, 0.4), ("w=1.0-s0", 0, 0.1)):
     points.append(dict(name=name, seed=seed, workdir=_run(str(sweep_root), name, "alfworld", seed,
                                                             {8: {"success_rate": value}})))
+  # a running sweep: a point that has not validated yet and one not started are left out
+  points.append(dict(name="w=1.0-s1", seed=1, workdir=_run(str(sweep_root), "w=1.0-s1", "alfworld", 1, {})))
+  points.append(dict(name="w=1.0-s2", seed=2, workdir=str(sweep_root / "w=1.0-s2")))
   (sweep_root / "sweep.json").write_text(json.dumps({"points": points}))
+  assert len(compare.find_runs([str(sweep_root)])) == 3
   runs = compare.find_runs([str(sweep_root), f"base={alfworld_runs}/grpo_s0,{alfworld_runs}/grpo_s1",
                             f"w=2={sweep_root}/w=1.0-s0"])  # "=" in a label and in a path
   (table,) = compare.tables(runs, baseline="base")

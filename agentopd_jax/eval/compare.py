@@ -73,7 +73,7 @@ def find_runs(args: Sequence[str]) -> List[Run]:
       with open(os.path.join(arg, "sweep.json")) as f:
         points = json.load(f)["points"]
       runs += [load_run(p["workdir"], _SEED_SUFFIX.sub("", p["name"])) for p in points
-               if os.path.isfile(os.path.join(p["workdir"], "config.json"))]
+               if _validated(p["workdir"])]  # a running sweep: the points that have validated so far
     elif os.path.isfile(os.path.join(arg, "config.json")):
       runs.append(load_run(arg))
     elif os.path.isdir(arg):
@@ -85,6 +85,12 @@ def find_runs(args: Sequence[str]) -> List[Run]:
     else:
       raise ValueError(f"{arg}: no such run or sweep folder")
   return runs
+
+
+def _validated(workdir: str) -> bool:
+  return (os.path.isfile(os.path.join(workdir, "config.json"))
+          and any(r["phase"] == "val" for r in read_metrics(os.path.join(workdir, "logs")))
+          if os.path.isfile(os.path.join(workdir, "logs", "metrics.jsonl")) else False)
 
 
 def _split_label(arg: str) -> Optional[Tuple[str, str]]:
