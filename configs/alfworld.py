@@ -15,8 +15,7 @@ Variants (`get_config(arg)`):
                  OpenAI-compatible one on a paper model (opid_qwen2p5_3b).
   forgetting     the forgetting benchmark's teacher pool (docs/results.md): GRPO whose task mix shifts, 8 iterations
                  of look_at_obj_in_light then 12 of pick_and_place at lr 3e-4, validated (and checkpointed) every 2
-                 iterations;
-                 Agentic-OPD and continued GRPO then start from its pool (configs/sweeps/forgetting_opd.py).
+                 iterations; Agentic-OPD and continued GRPO then start from its pool (configs/sweeps/forgetting_opd.py).
 Any field can be overridden (`--config.grpo.iterations=5`); an unknown field is an error naming it. The env-agnostic
 fields live in `agentopd_jax/training/defaults.py`.
 """

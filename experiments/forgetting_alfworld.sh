@@ -23,8 +23,8 @@ train "" "$WARM" --config.seed=0
 train ":forgetting" "$POOL" --config.seed=0 --config.warm_start_run="$WARM"
 for step in 8 latest; do
   if [ ! -f "$POOL/eval_$step/eval.json" ]; then
-    python experiments/evaluate.py --config="$CONFIG:forgetting" --config.workdir="$POOL" \
-      --config.warm_start_run="$WARM" --step="$step" --attempts="$ATTEMPTS" --out="$POOL/eval_$step"
+    python experiments/evaluate.py --config="$CONFIG:forgetting" --config.workdir="$POOL" --step="$step" \
+      --attempts="$ATTEMPTS" --out="$POOL/eval_$step"
   fi
 done
 python experiments/forgetting.py --then="$POOL/eval_8/eval.json" --now="$POOL/eval_latest/eval.json"

@@ -127,6 +127,8 @@ def test_every_baseline_trains_from_one_warm_start(sdar_run, tmp_path, games_roo
 def test_warm_start_step_continues_from_a_later_checkpoint(sdar_run, tmp_path, games_root):
   """Continued GRPO from where a run ended (the forgetting benchmark's baseline): step 0 is that run's checkpoint."""
   workdir, _, _ = sdar_run
+  assert any(not np.array_equal(np.asarray(a), np.asarray(b))  # so step 0 and the latest step are told apart
+             for a, b in zip(jax.tree.leaves(_params(workdir, 0)), jax.tree.leaves(_params(workdir, 2))))
   c = _config("", tmp_path / "run", games_root, grpo__iterations=1)
   c.warm_start_run, c.warm_start_step = workdir, "latest"
   trainer.train(c)

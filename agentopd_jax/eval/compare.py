@@ -88,9 +88,12 @@ def find_runs(args: Sequence[str]) -> List[Run]:
 
 
 def _validated(workdir: str) -> bool:
-  return (os.path.isfile(os.path.join(workdir, "config.json"))
-          and any(r["phase"] == "val" for r in read_metrics(os.path.join(workdir, "logs")))
-          if os.path.isfile(os.path.join(workdir, "logs", "metrics.jsonl")) else False)
+  """The run folder has a config and has logged a validation (a sweep point that has started and got that far)."""
+  if not os.path.isfile(os.path.join(workdir, "config.json")):
+    return False
+  if not os.path.isfile(os.path.join(workdir, "logs", "metrics.jsonl")):
+    return False
+  return any(r["phase"] == "val" for r in read_metrics(os.path.join(workdir, "logs")))
 
 
 def _split_label(arg: str) -> Optional[Tuple[str, str]]:

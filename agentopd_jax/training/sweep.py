@@ -184,7 +184,7 @@ def expand(sweep: ml_collections.ConfigDict, where: str = "sweep") -> List[Point
   grid_settings = list(itertools.product(*[[(k, v) for v in values] for k, values in grid]))
   zip_settings = ([tuple(zip([k for k, _ in zipped], column)) for column in zip(*[v for _, v in zipped])]
                   if zipped else [()])
-  zip_names = (list(labels) if labels is not None
+  zip_names = ([[label] for label in labels] if labels is not None
                else [[_name_part(k, v, axis_keys) for k, v in z] for z in zip_settings])
   points = []
   for seed in seeds:
@@ -192,8 +192,7 @@ def expand(sweep: ml_collections.ConfigDict, where: str = "sweep") -> List[Point
       for g in grid_settings:
         for z, z_name in zip(zip_settings, zip_names):
           parts = ([_base_label(base, bases)] if len(bases) > 1 or not (grid or zipped) else [])
-          parts += [_name_part(k, v, axis_keys) for k, v in g] + ([z_name] if labels is not None else z_name)
-          parts += [f"s{seed}"]
+          parts += [_name_part(k, v, axis_keys) for k, v in g] + z_name + [f"s{seed}"]
           name = _safe("-".join(parts))
           points.append(Point(name, base, seed, tuple(fixed) + tuple(g) + tuple(z),
                               os.path.join(sweep.root, name)))

@@ -12,7 +12,7 @@ then 12 of pick_and_place at lr 3e-4, a checkpoint every 2), made from SDAR's wa
 Its last checkpoint, the policy that lost some of Look, is the student of every method. Four methods, 3 seeds each, on
 one budget (the same iterations, each rolling out 8 tasks x 4 with the student, from both task types):
   hcn_lad         Agentic-OPD as published: HCN (v3) picks the teacher every 4 iterations, LAD routes rollouts
-  static_best     the pool's best-validation checkpoint teaches throughout, with LAD
+  static_best     the teacher that solved the most validation problems teaches throughout, with LAD
   hcn_no_lad      HCN, every rollout distilled
   continued_grpo  GRPO from the student on the same rollouts per iteration
 """
