@@ -30,17 +30,19 @@ DATA = ["tensorflow-datasets==4.9.10", "array-record==0.8.6", "grain==0.2.18", "
         "pyarrow==26.0.1"]
 
 ANALYZER = ["openai==3.57.0"]  # OPID's analyzer LLM through any OpenAI-compatible endpoint (ours: agentopd_jax.serve)
+RAY = ["ray==2.52.1"]  # VectorEnv(backend="ray"): env workers as Ray actors, on other nodes too (docs/scale_out.md)
 
 EXTRAS = {
     # torch is only for parity tests/benchmarks against transformers. Keep the exact pin: an unpinned torch
     # resolves to a multi-GB CUDA build.
     "torch": ["torch==2.13.0"],
     # Tests exercise every environment and data path, so they pull the env extras too (nothing is skipped in CI).
-    "test": ["torch==2.13.0", "pytest>=8", "hypothesis>=6.100"] + WEBSHOP + DATA + ANALYZER,
+    "test": ["torch==2.13.0", "pytest>=8", "hypothesis>=6.100"] + WEBSHOP + DATA + ANALYZER + RAY,
     "data": DATA,
     "envs": ["textworld[pddl]==1.7.0", "alfworld==0.4.2"] + WEBSHOP,
     "retrieval": RETRIEVAL,
     "analyzer": ANALYZER,
+    "ray": RAY,
     "webshop": WEBSHOP,
 }
 

@@ -11,13 +11,25 @@ into JAX with `hf_io.load_hf`, in float32. Everything is warmed up (compiled) be
 reported separately; the figure is the median over `--repeats`. Results are printed as JSON on stdout (progress
 goes to stderr); `--out FILE` also writes them to a file.
 
+`--dtype bfloat16` runs both sides in bf16, as training would: torch holds each model `.to(torch.bfloat16)` (params
+stored and computed in bf16, its usual bf16 inference); ours keeps the params in float32 (the f32 master weights
+the trainer scores and samples with) and computes in bf16 (`ModelConfig.dtype`: each matmul casts its weight, the
+softmax, log-softmax and RMSNorm statistics stay f32). P2 also times our sampler on a bf16 copy of the params
+(`ours_sampler_bf16_params`): decoding streams every weight once per token, so f32 storage costs twice the bytes.
+The float32 contenders (P1: ours and torch; P2: ours) join the same round-robin, so `ratio_vs_float32` compares
+bf16 with f32 under the same load, which separate runs on a shared machine cannot. P1 also reports the log-prob
+error of each side's bf16 scoring against its own float32 scoring of the same weights, and the roofline gains
+bf16 GEMM figures (`bf16_roofline`).
+
   python benchmarks/bench_foundation.py                 # defaults (~7 minutes on a quiet 2-core CPU)
   python benchmarks/bench_foundation.py --quick         # smoke test, < 1 minute (tiny preset, small shapes)
   python benchmarks/bench_foundation.py --only p1,p3 --repeats 5 --out /tmp/foundation.json
+  python benchmarks/bench_foundation.py --dtype bfloat16 --out /tmp/foundation_bf16.json
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import platform
 import statistics
@@ -45,6 +57,8 @@ def parse_args(argv=None):
   p.add_argument("--p3-repeats", type=int, default=2,
                  help="timed episodes per P3 arm after the warm-up one (median total, per-turn medians)")
   p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                 help="compute dtype of both sides (module docstring: what each side stores its params in)")
   p.add_argument("--threads", type=int, default=os.cpu_count(), help="torch intra-op threads (default: all cores; XLA:CPU always uses all cores)")
   p.add_argument("--p1-batch", type=int, default=8)
   p.add_argument("--p1-len", type=int, default=512)
@@ -134,15 +148,47 @@ def timing_entry(times: list, work: float, unit: str = "tokens_per_s") -> dict:
           unit: round(work / med, 1), f"best_{unit}": round(work / min(walls), 1)}
 
 
-def ratio_entry(ours: dict, theirs: dict, target: float, key: str = "tokens_per_s") -> dict:
-  """ours/theirs on the medians (the reported figure) and on the best runs (a check against load spikes)."""
+def ratio_entry(ours: dict, theirs: dict, target: float | None = None, key: str = "tokens_per_s") -> dict:
+  """ours/theirs on the medians (the reported figure) and on the best runs (a check against load spikes); with the
+  issue's `target` for it, whether that is met."""
   r = ours[key] / theirs[key]
   best = ours[f"best_{key}"] / theirs[f"best_{key}"]
-  return {"ratio": round(r, 3), "ratio_best_of_repeats": round(best, 3), "target": target, "met": bool(r >= target)}
+  entry = {"ratio": round(r, 3), "ratio_best_of_repeats": round(best, 3)}
+  if target is not None:
+    entry.update(target=target, met=bool(r >= target))
+  return entry
+
+
+def bf16_roofline() -> dict:
+  """bf16 GEMM throughput of both libraries on `machine_roofline`'s f32 GEMM shape (4096x512x4096), so bf16 timings
+  are judged against what each side's bf16 matmul sustains here (on a CPU without native bf16 GEMMs it can be below
+  the f32 roof)."""
+  import jax
+  import jax.numpy as jnp
+  import torch
+
+  m, k, n = 4096, 512, 4096
+  flop = 2 * m * k * n
+  a, b = jnp.ones((m, k), jnp.bfloat16), jnp.ones((k, n), jnp.bfloat16)
+  mm = jax.jit(lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32))  # our matmuls' form
+  ta, tb = torch.ones(m, k, dtype=torch.bfloat16), torch.ones(k, n, dtype=torch.bfloat16)
+
+  def best_gflops(fn, n=5):
+    fn()  # compiles / warms up
+    return round(flop / min(median_time(fn, 1)[0] for _ in range(n)) / 1e9, 1)
+
+  return {"jax_bf16_gemm_gflops": best_gflops(lambda: mm(a, b).block_until_ready()),
+          "torch_bf16_gemm_gflops": best_gflops(lambda: ta @ tb)}
+
+
+def logprob_error(ours, reference) -> dict:
+  """max and mean |ours - reference| over every scored target."""
+  err = np.abs(np.asarray(ours, np.float64) - np.asarray(reference, np.float64))
+  return {"max": float(err.max()), "mean": float(err.mean())}
 
 
 def build_models(preset_name: str, n_models: int, seed: int, workdir: str):
-  """n random HF Qwen2ForCausalLM models (fp32) and the same weights loaded into JAX."""
+  """n random HF Qwen2ForCausalLM models (fp32) and the same weights loaded into JAX (fp32 params and compute)."""
   import torch
   import transformers
   from agentopd_jax.models.config import preset
@@ -177,7 +223,9 @@ def build_models(preset_name: str, n_models: int, seed: int, workdir: str):
 
 # --- P1: scoring ------------------------------------------------------------------------------------------------
 
-def bench_p1(args, cfg, torch_models, jax_params) -> dict:
+def bench_p1(args, cfg, torch_models, jax_params, torch_f32_models=None) -> dict:
+  """`torch_f32_models`: with a bf16 `cfg`, the float32 originals of the bf16 `torch_models` (timed alongside, and the
+  reference of the log-prob error)."""
   import jax
   import jax.numpy as jnp
   import torch
@@ -200,13 +248,16 @@ def bench_p1(args, cfg, torch_models, jax_params) -> dict:
   gflop = 3 * per_model / 1e9
   out = {"batch": b, "seq_len": t, "tokens_per_step": n_tok, "gflop_per_step_3_models": round(gflop, 1)}
 
+  lean = ScoreConfig(policy=True, reference=True, teacher="params", top_k=0, entropy=False)
   variants = {
-      "ours_fused_lean": ScoreConfig(policy=True, reference=True, teacher="params", top_k=0, entropy=False),
-      "ours_fused_full": ScoreConfig(policy=True, reference=True, teacher="params", top_k=16, entropy=True),
+      "ours_fused_lean": (cfg, lean),
+      "ours_fused_full": (cfg, ScoreConfig(policy=True, reference=True, teacher="params", top_k=16, entropy=True)),
   }
+  if cfg.dtype != "float32":  # the float32 step in the same round-robin: bf16 vs f32 under the same load
+    variants["ours_fused_lean_float32"] = (cfg.replace(dtype="float32"), lean)
   fns, first = {}, {}
-  for name, sc in variants.items():
-    fn = make_score_fn(cfg, sc)
+  for name, (model_cfg, sc) in variants.items():
+    fn = make_score_fn(model_cfg, sc)
     t0 = time.perf_counter()
     compiled = fn.lower(pol, ref, tea, batch).compile()
     compile_s = time.perf_counter() - t0
@@ -220,20 +271,25 @@ def bench_p1(args, cfg, torch_models, jax_params) -> dict:
   tokens_t = torch.from_numpy(tokens_np.astype(np.int64))
   attn = torch.ones_like(tokens_t)
 
-  def torch_score():
+  def torch_score(models=torch_models):
     res = []
     with torch.no_grad():
-      for m in torch_models:
+      for m in models:
         logits = m(input_ids=tokens_t, attention_mask=attn).logits
         lp = torch.log_softmax(logits[:, :-1].float(), dim=-1).gather(-1, tokens_t[:, 1:, None]).squeeze(-1)
         res.append(lp)
         del logits
     return res
 
-  t0 = time.perf_counter()
-  torch_lps = torch_score()  # warm-up
-  out["torch_3x_forward"] = {"warmup_s": round(time.perf_counter() - t0, 3)}
-  fns["torch_3x_forward"] = torch_score
+  torch_contenders = {"torch_3x_forward": torch_models}
+  if cfg.dtype != "float32":
+    torch_contenders["torch_3x_forward_float32"] = torch_f32_models
+  torch_lps = {}
+  for name, models in torch_contenders.items():
+    t0 = time.perf_counter()
+    torch_lps[name] = torch_score(models)  # warm-up
+    out[name] = {"warmup_s": round(time.perf_counter() - t0, 3)}
+    fns[name] = lambda models=models: torch_score(models)
   times = interleaved_times(fns, args.repeats)
   for name, ts in times.items():
     out[name].update(timing_entry(ts, n_tok))
@@ -245,7 +301,22 @@ def bench_p1(args, cfg, torch_models, jax_params) -> dict:
           np.asarray(lean_scores.teacher_logprobs)[:, 1:]]
   out["sanity_max_abs_logprob_diff"] = {
       name: float(np.max(np.abs(o - lp.numpy()))) for name, o, lp in zip(("policy", "reference", "teacher"),
-                                                                          ours, torch_lps)}
+                                                                          ours, torch_lps["torch_3x_forward"])}
+  if cfg.dtype != "float32":
+    # Each side's rounding: its bf16 log-probs against its own float32 log-probs of the same weights and tokens.
+    f32 = first["ours_fused_lean_float32"]
+    ours_f32 = [np.asarray(f32.policy_logprobs)[:, 1:], np.asarray(f32.reference_logprobs)[:, 1:],
+                np.asarray(f32.teacher_logprobs)[:, 1:]]
+    out["logprob_error_vs_float32"] = {
+        "what": f"{cfg.dtype} vs float32 log-probs of each side, all {b} x {t - 1} targets of the 3 models",
+        "ours": logprob_error(np.stack(ours), np.stack(ours_f32)),
+        "torch": logprob_error(*(np.stack([lp.numpy() for lp in torch_lps[name]])
+                                 for name in ("torch_3x_forward", "torch_3x_forward_float32")))}
+    log(f"P1 log-prob error vs float32: {out['logprob_error_vs_float32']}")
+    out["ratio_vs_float32"] = {
+        "ours": ratio_entry(out["ours_fused_lean"], out["ours_fused_lean_float32"]),
+        "torch": ratio_entry(out["torch_3x_forward"], out["torch_3x_forward_float32"]),
+        "ours_vs_torch_float32": ratio_entry(out["ours_fused_lean"], out["torch_3x_forward_float32"])}
   out["ratio_lean_vs_torch"] = ratio_entry(out["ours_fused_lean"], out["torch_3x_forward"], TARGETS["p1"])
   out["ratio_full_vs_torch"] = ratio_entry(out["ours_fused_full"], out["torch_3x_forward"], TARGETS["p1"])
 
@@ -256,9 +327,10 @@ def bench_p1(args, cfg, torch_models, jax_params) -> dict:
     body = jax.jit(lambda p: transformer.forward(cfg, p, toks, None, seg)[0])
     h = jax.block_until_ready(body(pol))
     w = transformer.unembed_weight(cfg, pol)
-    stats_lean = jax.jit(lambda h, w: token_stats(h[:, :-1], w, toks[:, 1:], chunk=8192).logprobs)
-    stats_full = jax.jit(lambda h, w: token_stats(h[:, :-1], w, toks[:, 1:], chunk=8192, top_k=16,
-                                                  entropy=True).logprobs)
+    dt = cfg.compute_dtype
+    stats_lean = jax.jit(lambda h, w: token_stats(h[:, :-1], w, toks[:, 1:], chunk=8192, compute_dtype=dt).logprobs)
+    stats_full = jax.jit(lambda h, w: token_stats(h[:, :-1], w, toks[:, 1:], chunk=8192, top_k=16, entropy=True,
+                                                  compute_dtype=dt).logprobs)
     jax.block_until_ready(stats_lean(h, w))
     jax.block_until_ready(stats_full(h, w))
     m = torch_models[0]
@@ -324,14 +396,30 @@ def bench_p2(args, cfg, torch_model, params) -> dict:
   theirs = hf_generate()
   out["hf_generate"] = {"warmup_s": round(time.perf_counter() - t0, 3)}
   assert theirs.shape == (b, plen + n_new), theirs.shape
-  times = interleaved_times({
-      "ours_sampler": lambda: sampler.generate(params, prompts, key, sp),  # returns host arrays: already synced
-      "hf_generate": hf_generate,
-  }, args.repeats)
+  contenders = {"ours_sampler": lambda: sampler.generate(params, prompts, key, sp),  # host arrays: already synced
+                "hf_generate": hf_generate}
+  if cfg.dtype != "float32":
+    # The same sampler on a bf16 copy of the params (half the bytes streamed per token), and the float32 run's
+    # sampler in the same round-robin (bf16 vs f32 under the same load).
+    cfg16 = cfg.replace(param_dtype=cfg.dtype)
+    others = {"ours_sampler_bf16_params": (cfg16, jax.tree.map(lambda x: x.astype(cfg16.weight_dtype), params)),
+              "ours_sampler_float32": (cfg.replace(dtype="float32"), params)}
+    for name, (other_cfg, other_params) in others.items():
+      other = Sampler(other_cfg, pad_id=0)
+      t0, c0 = time.perf_counter(), compile_seconds()
+      other.generate(other_params, prompts, key, sp)
+      out[name] = {"first_call_s_incl_compile": round(time.perf_counter() - t0, 3),
+                   "compile_s": round(compile_seconds() - c0, 3)}
+      contenders[name] = lambda s_=other, p_=other_params: s_.generate(p_, prompts, key, sp)
+  times = interleaved_times(contenders, args.repeats)
   for name, ts in times.items():
     out[name].update(timing_entry(ts, b * n_new))
     log(f"P2 {name}: median {out[name]['median_s']:.3f} s, {out[name]['tokens_per_s']:.0f} tok/s")
   out["ratio"] = ratio_entry(out["ours_sampler"], out["hf_generate"], TARGETS["p2"])
+  if cfg.dtype != "float32":
+    out["ratio_bf16_params"] = ratio_entry(out["ours_sampler_bf16_params"], out["hf_generate"], TARGETS["p2"])
+    out["ratio_vs_float32"] = {name: ratio_entry(out[name], out["ours_sampler_float32"])
+                               for name in ("ours_sampler", "ours_sampler_bf16_params")}
   med, med_t = out["ours_sampler"]["median_s"], out["hf_generate"]["median_s"]
 
   if greedy:
@@ -515,18 +603,27 @@ def main(argv=None) -> dict:
   }
   result["machine"]["roofline"] = machine_roofline()
   log(f"roofline: {result['machine']['roofline']}")
+  if args.dtype != "float32":
+    result["machine"]["roofline"].update(bf16_roofline())
+    log(f"bf16 roofline: {result['machine']['roofline']}")
   n_models = 3 if "p1" in args.only else 1
   with tempfile.TemporaryDirectory(prefix="bench_foundation_") as workdir:
     t0 = time.perf_counter()
     cfg, torch_models, jax_params, dropped = build_models(args.preset, n_models, args.seed, workdir)
     log(f"built {n_models} model(s) of preset {args.preset!r} ({cfg.num_params() / 1e6:.1f} M params) "
         f"in {time.perf_counter() - t0:.1f} s")
-  result["model"] = {"preset": args.preset, "num_params": cfg.num_params(), "dtype": "float32",
+  cfg = cfg.replace(dtype=args.dtype)  # our params stay float32 (the master weights); compute follows --dtype
+  torch_f32_models = None
+  if args.dtype != "float32":  # torch's bf16: params stored and computed in bf16; P1 also times the f32 originals
+    torch_f32_models = torch_models
+    torch_models = [copy.deepcopy(m).to(getattr(torch, args.dtype)) for m in torch_f32_models]
+  result["model"] = {"preset": args.preset, "num_params": cfg.num_params(), "dtype": args.dtype,
+                     "params_stored": {"ours": cfg.param_dtype, "torch": args.dtype},
                      "hf_config_keys_dropped": dropped,
                      "shape": {k: getattr(cfg, k) for k in ("vocab_size", "hidden_size", "intermediate_size",
                                                              "num_layers", "num_heads", "num_kv_heads", "head_dim")}}
   if "p1" in args.only:
-    result["p1_scoring"] = bench_p1(args, cfg, torch_models, jax_params)
+    result["p1_scoring"] = bench_p1(args, cfg, torch_models, jax_params, torch_f32_models)
   if "p2" in args.only:
     result["p2_sampling"] = bench_p2(args, cfg, torch_models[0], jax_params[0])
   if "p3" in args.only:
@@ -537,6 +634,13 @@ def main(argv=None) -> dict:
       summary[part] = result[part][key]
   if "p1_scoring" in result:
     summary["p1_scoring_full_featured"] = result["p1_scoring"]["ratio_full_vs_torch"]
+    if "logprob_error_vs_float32" in result["p1_scoring"]:
+      summary["p1_logprob_error_vs_float32"] = result["p1_scoring"]["logprob_error_vs_float32"]
+  for part in ("p1_scoring", "p2_sampling"):
+    if "ratio_vs_float32" in result.get(part, {}):
+      summary[f"{part}_vs_float32"] = result[part]["ratio_vs_float32"]
+  if "ratio_bf16_params" in result.get("p2_sampling", {}):
+    summary["p2_sampling_bf16_params"] = result["p2_sampling"]["ratio_bf16_params"]
   # On a shared machine other processes can steal cores mid-run; flag parts where a timed run kept fewer than
   # 70% of the cores busy (every contender here is multi-threaded and compute/bandwidth bound).
   def utils(node):

@@ -23,6 +23,13 @@
    The same batch is also scored forward-only (policy + reference log-probs, `scoring.fused.make_score_fn`), round-
    robin with the step, to split an update into its scoring part and the rest (backward + optimizer).
 
+   `--dtype bfloat16` is the mixed-precision step: params and Adam moments stay float32 (the master weights), the
+   matmuls run in bf16, softmax/log-softmax and the loss in f32. There is no torch train-step baseline. MFU and HFU
+   are then taken against the JAX bf16 GEMM peak measured in the same run (`peak_gflops_jax_bf16_gemm`), what bf16
+   matmuls can reach here; `mfu_vs_f32_gemm` puts the same FLOP rate over the f32 peak, comparable with a float32
+   run. The JSON also records the log-prob error of the step's bf16 scoring against float32 scoring of the same
+   params and batch.
+
 2. Per-iteration time split of a training run, from its `logs/metrics.jsonl` (train-phase records): mean env /
    generate / advantage / update seconds and shares over iterations 2.., and the first iteration (which includes
    compilation) separately. Skipped with a note when the file does not exist.
@@ -30,6 +37,7 @@
   python benchmarks/bench_train_step.py                   # small preset (~36 M params), B=8, T=512, 5 repeats
   python benchmarks/bench_train_step.py --quick           # smoke test, < 1 minute (tiny preset, B=2, T=128)
   python benchmarks/bench_train_step.py --batch 16 --micro 4 --run_dir runs/alfworld_cpu --out /tmp/train_step.json
+  python benchmarks/bench_train_step.py --dtype bfloat16 --out /tmp/train_step_bf16.json
 """
 from __future__ import annotations
 
@@ -41,7 +49,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from bench_foundation import code_version, interleaved_times, timing_entry
+from bench_foundation import bf16_roofline, code_version, interleaved_times, logprob_error, timing_entry
 from common import emit_json, machine_roofline
 
 TARGET_MFU = 0.40
@@ -61,6 +69,8 @@ def parse_args(argv=None):
   p.add_argument("--repeats", type=int, default=5, help="timed steps (median reported)")
   p.add_argument("--run_dir", default="runs/alfworld_cpu", help="training run whose logs/metrics.jsonl is split")
   p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                 help="compute dtype (params and Adam moments stay float32)")
   p.add_argument("--quick", action="store_true", help="smoke test: tiny preset, B=2, T=128, 2 repeats")
   p.add_argument("--out", default=None, help="also write the JSON here")
   args = p.parse_args(argv)
@@ -158,7 +168,9 @@ def synthetic_batch(cfg, b: int, t: int, seed: int):
                     loss_mask=mask, advantages=adv, old_logprobs=np.zeros((b, t), np.float32))
 
 
-def bench_train_step(args, cfg, peak_gflops: float) -> tuple:
+def bench_train_step(args, cfg, peak_gflops: float, logprob_error_vs_f32: bool = False) -> tuple:
+  """(step entry, scoring split) for `cfg` on args.batch x args.seq. `logprob_error_vs_f32`: when `cfg` computes in
+  another dtype, also score the batch in float32 (one more compile) and record the log-prob error."""
   import jax
   import jax.numpy as jnp
 
@@ -181,6 +193,18 @@ def bench_train_step(args, cfg, peak_gflops: float) -> tuple:
   score_compile_s = time.perf_counter() - t0
   hw_score = jaxpr_matmul_flops(score_fn, *score_params, None, batch.score_batch())
   scores = jax.block_until_ready(score_compiled(*score_params, None, batch.score_batch()))
+  error = None
+  if logprob_error_vs_f32 and cfg.dtype != "float32":
+    f32 = make_score_fn(cfg.replace(dtype="float32"), ScoreConfig(reference=True, top_k=0))(
+        *score_params, None, batch.score_batch())
+    scored = np.asarray(batch.loss_mask, bool)  # the loss tokens (scores are zero elsewhere)
+    error = {"what": f"{cfg.dtype} vs float32 scoring of the same params, policy and reference log-probs on the "
+                     f"{int(scored.sum())} loss tokens",
+             **logprob_error(np.stack([np.asarray(scores.policy_logprobs)[scored],
+                                       np.asarray(scores.reference_logprobs)[scored]]),
+                             np.stack([np.asarray(f32.policy_logprobs)[scored],
+                                       np.asarray(f32.reference_logprobs)[scored]]))}
+    log(f"log-prob error vs float32: {error}")
   batch = batch.replace(old_logprobs=np.asarray(scores.policy_logprobs))  # on-policy: ratio 1, as on a first mini-batch
   log(f"scoring compiled in {score_compile_s:.1f} s")
 
@@ -244,6 +268,8 @@ def bench_train_step(args, cfg, peak_gflops: float) -> tuple:
       "sanity": {"loss": last.get("loss"), "kl": last.get("kl"), "skipped": last.get("skipped"),
                  "grad_norm": last.get("grad_norm")},
   }
+  if error is not None:
+    out["logprob_error_vs_float32"] = error
   score_gflop = flops["scoring_fwd_policy_and_reference"] / 1e9
   split = {
       "what": "the same B x T batch, forward-only fused scoring (policy + reference log-probs, entropy) vs the full "
@@ -316,7 +342,7 @@ def main(argv=None) -> dict:
   from agentopd_jax.models.config import preset
 
   t_start = time.perf_counter()
-  cfg = preset(args.preset)
+  cfg = preset(args.preset, dtype=args.dtype)  # params stay float32
   result = {
       "benchmark": "train step MFU + iteration time split",
       "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
@@ -326,23 +352,33 @@ def main(argv=None) -> dict:
       "versions": {"python": platform.python_version(), "jax": jax.__version__, "numpy": np.__version__},
       "code": code_version(),
       "model": {"preset": args.preset, "num_params": cfg.num_params(), "matmul_params": matmul_params(cfg),
-                "dtype": cfg.dtype, "remat": cfg.remat,
+                "dtype": cfg.dtype, "param_dtype": cfg.param_dtype, "remat": cfg.remat,
                 "shape": {k: getattr(cfg, k) for k in ("vocab_size", "hidden_size", "intermediate_size", "num_layers",
                                                         "num_heads", "num_kv_heads", "head_dim", "tie_embeddings")}},
   }
   result["machine"]["roofline"] = machine_roofline()
   log(f"roofline: {result['machine']['roofline']}")
-  peak = result["machine"]["roofline"]["jax_sgemm_gflops"]
-  result["train_step"], result["scoring_vs_update"] = bench_train_step(args, cfg, peak)
+  if cfg.dtype != "float32":
+    result["machine"]["roofline"].update(bf16_roofline())
+    log(f"bf16 roofline: {result['machine']['roofline']}")
+  roof = result["machine"]["roofline"]
+  peak = roof["jax_sgemm_gflops"] if cfg.dtype == "float32" else roof["jax_bf16_gemm_gflops"]
+  result["train_step"], result["scoring_vs_update"] = bench_train_step(args, cfg, peak, logprob_error_vs_f32=True)
+  if cfg.dtype != "float32":  # the peak passed in was the bf16 GEMM's: name it so, and add the f32-peak view
+    step_res = result["train_step"]
+    step_res["peak_gflops_jax_bf16_gemm"] = step_res.pop("peak_gflops_jax_sgemm")
+    step_res["mfu_vs_f32_gemm"] = round(step_res["model_gflops_per_s"] / roof["jax_sgemm_gflops"], 4)
   result["iteration_split"] = iteration_split(args.run_dir)
   floor = 0.7 * (os.cpu_count() or 1)
   utils = result["train_step"]["cpu_util"] + result["scoring_vs_update"]["cpu_util"]
   step_res = result["train_step"]
   result["summary"] = {
       "mfu": step_res["mfu"], "hfu": step_res["hfu"], "hfu_xla": step_res["hfu_xla"], "target_mfu": TARGET_MFU,
-      "target_met": step_res["target_met"],
+      "target_met": step_res["target_met"], "compute_dtype": cfg.dtype,
+      "mfu_vs_f32_gemm": step_res.get("mfu_vs_f32_gemm"),
       "step_median_s": step_res["median_s"], "tokens_per_s": step_res["tokens_per_s"],
       "scoring_share_of_update": result["scoring_vs_update"]["scoring_share_of_update"],
+      "logprob_error_vs_float32": step_res.get("logprob_error_vs_float32"),
       # Every timed call is compute bound and multi-threaded: fewer busy cores than 70% of the machine means other
       # processes competed. Meaningless for the --quick shapes, which are too small to fill the cores.
       "contention_suspected": "not checked in --quick mode" if args.quick else bool(any(u < floor for u in utils)),

@@ -3,13 +3,15 @@ configs/webshop.py, configs/searchqa.py). `config.method` picks the job: "grpo" 
 "agentic_opd" (the `:agentic_opd` variant: distil the checkpoints of the default GRPO run into its best one).
 
 Overrides: `--config.grpo.iterations=5 --config.workdir=/tmp/run`. Unknown fields are rejected by name.
-Running the same command again resumes from the run's newest checkpoint.
+Running the same command again resumes from the run's newest checkpoint. On several hosts every host runs the
+same command (`--config.distributed.*`, or found from SLURM / Open MPI / a TPU slice: docs/scale_out.md).
 """
 import json
 
 from absl import app
 from ml_collections import config_flags
 
+from agentopd_jax.parallel import distributed
 from agentopd_jax.training.logging import configure_cli_logging
 from agentopd_jax.training.opd_trainer import train_agentic_opd
 from agentopd_jax.training.trainer import train
@@ -25,8 +27,10 @@ def main(argv):
   c = _CONFIG.value
   if c.method not in METHODS:
     raise ValueError(f"config.method must be one of {sorted(METHODS)}, got {c.method!r}")
+  distributed.initialize(c.distributed)
   summary = METHODS[c.method](c)
-  print(json.dumps(summary))
+  if distributed.is_primary():
+    print(json.dumps(summary))
 
 
 if __name__ == "__main__":

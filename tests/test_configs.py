@@ -41,6 +41,7 @@ def test_paper_setting():
   assert (c.rollout.temperature, c.validation.num_tasks, c.validation.temperature) == (1.0, 128, 0.4)
   assert (c.rollout.max_prompt_tokens, c.rollout.max_response_tokens) == (2048, 512)
   assert c.rollout.layout == "step" and c.sft.steps == 0 and not c.env.compact_prompt
+  assert (c.model.param_dtype, c.model.dtype) == ("float32", "bfloat16")  # f32 master weights, bf16 matmuls
   qwen3 = _module().get_config("qwen3_1p7b")
   assert qwen3.model.preset == "qwen3-1.7b" and qwen3.model.chat_template_kwargs.to_dict() == {"enable_thinking": False}
   assert c.model.chat_template_kwargs.to_dict() == {}

@@ -199,3 +199,84 @@ def test_bfloat16_compute_tracks_transformers_bfloat16(hf_checkpoints):
   # Both sides round to bf16 at different points; agreement is at bf16 resolution, not f32.
   assert np.abs(ours - theirs).max() < 0.05 * np.abs(theirs).max()
   assert np.mean(np.argmax(ours, -1) == np.argmax(theirs, -1)) > 0.95
+
+
+# --- attention_impl="dot_product" (jax.nn.dot_product_attention) against our einsum path ---------------------------
+
+def _logits_both_impls(config, fn, *args):
+  """jit(fn)(config, *args) once per attention kernel (one compile each: every case shares the shapes)."""
+  jitted = jax.jit(fn, static_argnums=0)
+  return [np.asarray(jitted(config.replace(attention_impl=impl), *args)) for impl in ("xla", "dot_product")]
+
+
+def _rows_logits(config, params, tokens, segment_ids):
+  hidden, _ = transformer.forward(config, params, tokens, None, segment_ids)
+  return transformer.logits_from_hidden(config, params, hidden)
+
+
+def test_dot_product_attention_agrees_with_xla_path(hf_checkpoints):
+  _, path = hf_checkpoints["qwen2"]
+  config, params = hf_io.load_hf(path)
+  assert config.num_heads > config.num_kv_heads  # GQA
+  rng = np.random.RandomState(5)
+  a, b, c = (rng.randint(1, config.vocab_size, n) for n in (9, 5, 11))
+  tokens, seg = np.zeros((3, 2, 16), np.int32), np.zeros((3, 2, 16), np.int32)
+  tokens[0], seg[0] = rng.randint(0, config.vocab_size, (2, 16)), 1  # unpadded
+  tokens[1, 0, -9:], seg[1, 0, -9:] = a, 1  # left-padded
+  tokens[1, 1, -11:], seg[1, 1, -11:] = c, 1
+  tokens[2, 0, :14], seg[2, 0, :14] = np.concatenate([a, b]), [1] * 9 + [2] * 5  # packed, padded at the end
+  tokens[2, 1, :16], seg[2, 1, :16] = np.concatenate([b, c]), [1] * 5 + [2] * 11
+  for name, case in zip(("unpadded", "left_padded", "packed"), range(3)):
+    xla, dot = _logits_both_impls(config, _rows_logits, params, tokens[case], seg[case])
+    assert np.isfinite(dot).all(), name  # padding rows too: a NaN there would reach the gradients
+    real = seg[case] != 0
+    np.testing.assert_allclose(dot[real], xla[real], atol=1e-5, err_msg=name)
+
+
+def _cache_steps(config, params, prompt, seg, chunk, token):
+  """Left-padded prefill into an empty cache, a 3-token chunk over the filled cache, then one-token decode: the
+  logits of every step (prefill padding zeroed)."""
+  cache = transformer.KVCache.init(config, prompt.shape[0], 32)
+  hidden, cache = transformer.forward(config, params, prompt, segment_ids=seg, cache=cache, cache_empty=True)
+  out = [jnp.where(seg[..., None] != 0, transformer.logits_from_hidden(config, params, hidden), 0.0)]
+  for new in (chunk, token):
+    positions = cache.lengths[:, None] + jnp.arange(new.shape[1])[None, :]
+    hidden, cache = transformer.forward(config, params, new, positions, jnp.ones(new.shape, jnp.int32), cache)
+    out.append(transformer.logits_from_hidden(config, params, hidden))
+  return jnp.concatenate(out, axis=1)
+
+
+def test_dot_product_attention_agrees_with_xla_path_through_a_kv_cache(hf_checkpoints):
+  _, path = hf_checkpoints["qwen2"]
+  config, params = hf_io.load_hf(path)
+  rng = np.random.RandomState(6)
+  seg = np.ones((2, 12), np.int32)
+  seg[1, :5] = 0
+  xla, dot = _logits_both_impls(config, _cache_steps, params, rng.randint(1, config.vocab_size, (2, 12)), seg,
+                                rng.randint(1, config.vocab_size, (2, 3)), rng.randint(1, config.vocab_size, (2, 1)))
+  np.testing.assert_allclose(dot, xla, atol=1e-5)
+
+
+def test_dot_product_attention_matches_transformers(hf_checkpoints):
+  model, path = hf_checkpoints["qwen2"]
+  config, params = hf_io.load_hf(path, attention_impl="dot_product")
+  assert config.attention_impl == "dot_product"
+  tokens = np.random.RandomState(0).randint(0, config.vocab_size, (3, 40))
+  with torch.no_grad():
+    expected = model(torch.tensor(tokens)).logits.numpy()
+  assert np.abs(_our_logits(config, params, tokens) - expected).max() <= TOL
+  prompts = [[3, 17, 42, 99, 5, 8], [250, 1, 77]]
+  out = Sampler(config).generate(params, prompts, jax.random.key(0), SamplingParams(max_new_tokens=8, temperature=0.0))
+  for b, prompt in enumerate(prompts):
+    with torch.no_grad():
+      generated = model.generate(torch.tensor([prompt]), max_new_tokens=8, do_sample=False, eos_token_id=None,
+                                 pad_token_id=0)
+    assert out.row(b) == generated[0, len(prompt):].tolist()
+
+
+def test_attention_impl_is_a_runtime_choice_outside_config_json():
+  cfg = preset("tiny", attention_impl="dot_product")
+  assert "attention_impl" not in cfg.to_hf_config()
+  assert ModelConfig.from_hf_config(cfg.to_hf_config(), attention_impl="dot_product") == cfg
+  with pytest.raises(ValueError, match="attention_impl"):
+    preset("tiny", attention_impl="flash")

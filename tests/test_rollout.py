@@ -259,3 +259,21 @@ def test_recovery_demonstrations_need_admissible_commands(setup):
     demonstration_samples(Blind("fast"), view, ChatFormat(tokenizer), games[:1], _walkthrough, mistake_rate=0.2)
   with pytest.raises(ValueError, match="mistake_rate"):
     demonstration_samples(AlfworldEnv("fast"), view, ChatFormat(tokenizer), games[:1], _walkthrough, mistake_rate=1.0)
+
+
+@pytest.mark.parametrize("layout", ["step", "trajectory"])
+def test_a_rollout_split_in_two_plays_as_one(setup, layout):
+  """Episode i samples with its own key (fold_in(key, first_episode + i)): two halves played apart, as two hosts
+  play them, give the whole call's samples."""
+  games, tokenizer, config, params, sampler = setup
+  tasks, groups = group_tasks(games[:2], 2)
+  cfg = RolloutConfig(layout=layout, max_steps=3, max_response_tokens=10, max_total_tokens=3072)
+
+  def play(part, first):
+    with VectorEnv(functools.partial(AlfworldEnv, "fast"), num_workers=1, num_envs=len(part)) as venv:
+      out = RolloutEngine(sampler, tokenizer, venv, AlfworldText, cfg).run(
+          params, part, part, groups[first:first + len(part)], jax.random.key(9), SamplingParams(temperature=1.0),
+          first_episode=first)
+    return [(s.problem_id, s.prompt_ids, s.completion_ids) for s in out.samples]
+
+  assert play(tasks, 0) == play(tasks[:2], 0) + play(tasks[2:], 2)

@@ -217,3 +217,19 @@ def test_prompt_mask_validation(params):
     sampler.generate(params, [[1, 2, 3]], jax.random.key(0), SamplingParams(), prompt_mask=[[1, 1, 1], [1]])
   with pytest.raises(ValueError, match="at least one token"):
     sampler.generate(params, [[1, 2], [3, 4]], jax.random.key(0), SamplingParams(), prompt_mask=[[0, 1], [0, 0]])
+
+
+def test_row_keys_make_a_row_independent_of_its_batch(params):
+  """With one key per row, a row draws the same tokens alone or beside others (a batch split over hosts plays the
+  same); a wrong number of keys is an error."""
+  sampling = SamplingParams(max_new_tokens=12, temperature=1.0)
+  keys = jax.random.split(jax.random.key(5), 3)
+  prompts = [[3, 4, 5], [6, 7], [8, 9, 10, 11]]
+  together = Sampler(CONFIG).generate(params, prompts, keys, sampling)
+  for i in range(3):
+    alone = Sampler(CONFIG).generate(params, [prompts[i]], keys[i:i + 1], sampling)
+    np.testing.assert_array_equal(alone.row(0), together.row(i))
+    np.testing.assert_allclose(alone.policy_logprobs[0, :alone.lengths[0]],
+                               together.policy_logprobs[i, :together.lengths[i]], atol=1e-5)
+  with pytest.raises(ValueError, match="one per row"):
+    Sampler(CONFIG).generate(params, prompts, keys[:2], sampling)

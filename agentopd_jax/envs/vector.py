@@ -22,8 +22,11 @@ score 0, done True, infos `won=False`, `env_failed=True`, `error`: the reason or
     bounds the whole call, so with several envs per worker it must cover a block of envs stepped in sequence.
 An env whose reset failed counts as done: its failure is in the reset infos and the next step reports it again.
 
-Backends: "process" (stdlib `multiprocessing`, default) and "ray" (actors, same API and failure handling, imported
-only when chosen; for envs spread over a cluster).
+Backends: "process" (stdlib `multiprocessing`, default) and "ray" (one actor per worker, same API and failure
+handling, imported only when chosen; for envs spread over a cluster, see docs/scale_out.md). A Ray actor that is
+killed or whose process dies is a dead worker as above. Ray alone can fail to start a worker at all (the package
+missing on a node, resources no node has), so the ray backend waits for its actors at construction and raises then,
+rather than failing every episode later.
 """
 from __future__ import annotations
 
@@ -193,22 +196,49 @@ class _ProcessBackend:
 
 
 class _RayBackend:
-  """One Ray actor per worker. Ray is imported here only, so the default backend never needs it."""
+  """One Ray actor per worker. Ray is imported here only, so the default backend never needs it.
 
-  def __init__(self, factory, sizes: List[int]):
+  Uses the running Ray if this process already called `ray.init` (e.g. with a `runtime_env`), else `ray.init()`,
+  which joins the cluster in RAY_ADDRESS or one `ray start`ed on this machine, or starts a local one.
+  `actor_options` go to `.options()` of every actor (`num_cpus`, `resources`, `scheduling_strategy`, ...).
+  """
+
+  def __init__(self, factory, sizes: List[int], actor_options: Dict[str, Any], start_timeout_s: float):
     try:
       import ray
       from ray.exceptions import RayError
     except ImportError as e:
       raise ImportError(f"VectorEnv(backend='ray') needs Ray, which could not be imported ({e}): install it with "
-                        "`pip install ray`, or use the default backend='process'") from e
+                        "`pip install .[ray]` in this repository, or use the default backend='process'") from e
     self._ray, self._ray_error = ray, RayError
     if not ray.is_initialized():
       ray.init()
-    self._actor_cls = ray.remote(_EnvHost)
+    # close() must not use this session's handles in a later one: a call on a stale handle starts a new local Ray,
+    # and ray.kill on one aborts the process. A new local Ray has a new node id, a new connection a new job id.
+    self._session = self._session_id()
+    self._actor_cls = ray.remote(_EnvHost).options(**actor_options)
     self._factory, self._sizes = factory, sizes
-    self._actors = [self._actor_cls.remote(factory, n) for n in sizes]
+    self._actors: List[Any] = [None] * len(sizes)
+    self._pids: List[Any] = [None] * len(sizes)  # refs to each actor's pid, which also tell when it is up
     self._refs: Dict[int, Any] = {}
+    for w in range(len(sizes)):
+      self._start(w)
+    try:
+      ray.get(self._pids, timeout=start_timeout_s)
+    except RayError as e:
+      for actor in self._actors:  # pending ones too, or they would start (and hold resources) later
+        ray.kill(actor)
+      raise RuntimeError(f"VectorEnv's {len(sizes)} ray actors did not all start within {start_timeout_s:g} s: {e}\n"
+                         "Each needs a node with agentopd_jax installed and the resources of its options "
+                         f"{actor_options} (1 CPU by default); the cluster has {ray.cluster_resources()}") from e
+
+  def _session_id(self) -> Tuple[str, str]:
+    context = self._ray.get_runtime_context()
+    return context.get_node_id(), context.get_job_id()
+
+  def _start(self, w: int):
+    self._actors[w] = self._actor_cls.remote(self._factory, self._sizes[w])
+    self._pids[w] = self._actors[w].pid.remote()
 
   def submit(self, w: int, kind: str, batch):
     self._refs[w] = self._actors[w].handle.remote(kind, batch)
@@ -224,22 +254,25 @@ class _RayBackend:
         continue
       try:
         out[w] = self._ray.get(ref)
-      except self._ray_error as e:  # the actor died, or its reply could not be delivered
-        out[w] = _WorkerLost(f"ray actor {w} failed: {e}")
+      except self._ray_error as e:  # Ray's message says how the actor died, with its pid and node
+        out[w] = _WorkerLost(f"ray actor {w} died: {e}")
     return out
 
   def restart(self, w: int):
-    self._ray.kill(self._actors[w])
-    self._actors[w] = self._actor_cls.remote(self._factory, self._sizes[w])
+    self._ray.kill(self._actors[w])  # also stops one still running a hung env step
+    self._start(w)
 
   def pid(self, w: int) -> int:
-    return self._ray.get(self._actors[w].pid.remote())
+    return self._ray.get(self._pids[w])
 
   def close(self):
+    ray = self._ray
+    if not ray.is_initialized() or self._session_id() != self._session:
+      return  # this Ray session has ended, and its actors (never detached) ended with it
     refs = [actor.close.remote() for actor in self._actors]
-    self._ray.wait(refs, num_returns=len(refs), timeout=5.0)
+    ray.wait(refs, num_returns=len(refs), timeout=5.0)  # lets envs run close(); a stuck actor is killed after it
     for actor in self._actors:
-      self._ray.kill(actor)
+      ray.kill(actor)
 
 
 class VectorEnv:
@@ -249,11 +282,14 @@ class VectorEnv:
   action, or an env whose episode is done, is left alone and returns its last values. See the module docstring for
   the failure semantics. `start_method` is "spawn" (safe with a JAX/threaded parent) or "forkserver" (same safety,
   faster worker starts); `fork` is refused because forking a process that runs JAX threads can deadlock.
+  `ray_actor_options` (backend "ray" only) are Ray's `.options()` for every worker actor, to place workers on
+  other nodes, e.g. `{"num_cpus": 1}` to reserve a core each or `{"resources": {"env_node": 1}}`; the actors must
+  start within `reset_timeout_s`.
   """
 
   def __init__(self, factory: Callable[[], Any], num_workers: int, num_envs: Optional[int] = None, *,
                step_timeout_s: float = 60.0, reset_timeout_s: float = 300.0, start_method: str = "spawn",
-               backend: str = "process"):
+               backend: str = "process", ray_actor_options: Optional[Dict[str, Any]] = None):
     num_envs = num_workers if num_envs is None else num_envs
     if num_workers < 1 or num_envs < 1:
       raise ValueError(f"VectorEnv needs num_workers >= 1 and num_envs >= 1, got {num_workers} and {num_envs}")
@@ -261,6 +297,8 @@ class VectorEnv:
       raise ValueError(f"VectorEnv start_method must be 'spawn' or 'forkserver', got {start_method!r}")
     if backend not in ("process", "ray"):
       raise ValueError(f"VectorEnv backend must be 'process' or 'ray', got {backend!r}")
+    if ray_actor_options and backend != "ray":
+      raise ValueError(f"VectorEnv ray_actor_options needs backend='ray', got backend={backend!r}")
     self.num_envs = num_envs
     self.num_workers = min(num_workers, num_envs)  # a worker with no env would only cost a process
     self.step_timeout_s, self.reset_timeout_s = step_timeout_s, reset_timeout_s
@@ -268,7 +306,7 @@ class VectorEnv:
     sizes = [base + (w < extra) for w in range(self.num_workers)]
     self._slots = [(w, j) for w, n in enumerate(sizes) for j in range(n)]  # env i -> (worker, index in worker)
     self._hosted = [[i for i, (v, _) in enumerate(self._slots) if v == w] for w in range(self.num_workers)]
-    self._backend = (_RayBackend(factory, sizes) if backend == "ray" else
+    self._backend = (_RayBackend(factory, sizes, ray_actor_options or {}, reset_timeout_s) if backend == "ray" else
                      _ProcessBackend(factory, sizes, start_method))
     # Closed when this object is collected, by close(), or at interpreter exit. The exit hook is our own atexit
     # entry, not weakref's (whose place in the atexit order is wherever the process's first finalizer put it), so
@@ -306,7 +344,8 @@ class VectorEnv:
     return list(self._obs), list(self._scores), list(self._dones), list(self._infos)
 
   def worker_pid(self, i: int) -> int:
-    """Process id of the worker hosting env i (for monitoring, and for tests that kill it)."""
+    """Process id of the worker hosting env i (for monitoring, and for tests that kill it); with Ray, on the node
+    running that actor."""
     return self._backend.pid(self._slots[i][0])
 
   def close(self):

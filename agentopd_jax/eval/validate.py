@@ -51,13 +51,16 @@ def episode_traces(rollout: Rollout) -> List[Dict]:
 
 
 def validate(engine: RolloutEngine, params, panel: Sequence[str], attempts: int, key: jax.Array,
-             sampling: SamplingParams, traces: Optional[List[Dict]] = None, context: Optional[PromptContext] = None
-             ) -> Tuple[List[EpisodeRecord], Dict[str, Tuple[int, int]], Dict[str, float]]:
+             sampling: SamplingParams, traces: Optional[List[Dict]] = None, context: Optional[PromptContext] = None,
+             first_problem: int = 0) -> Tuple[List[EpisodeRecord], Dict[str, Tuple[int, int]], Dict[str, float]]:
   """Plays each panel problem `attempts` times (the engine's vector env must host len(panel) * attempts envs);
-  `traces`, when given, receives `episode_traces` of the episodes; `context` adds to every prompt (e.g. skills)."""
+  `traces`, when given, receives `episode_traces` of the episodes; `context` adds to every prompt (e.g. skills).
+  `first_problem`: where `panel` starts in the whole panel when this process plays a share of it (multi-host), so
+  each episode draws the random numbers it would draw in one process."""
   tasks = [p for p in panel for _ in range(attempts)]
   groups = [g for g in range(len(panel)) for _ in range(attempts)]
-  result = engine.run(params, tasks, tasks, groups, key, sampling, context=context)
+  result = engine.run(params, tasks, tasks, groups, key, sampling, context=context,
+                      first_episode=first_problem * attempts)
   if traces is not None:
     traces.extend(episode_traces(result))
   played = [ep for ep in result.episodes if not ep.env_failed]

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 
 _FAMILIES = ("qwen2", "qwen3", "llama")
 _DTYPES = ("float32", "bfloat16", "float16")
+ATTENTION_IMPLS = ("xla", "dot_product", "cudnn")
 
 # transformers 5's config-class defaults for the keys we read: a key missing from config.json takes these values.
 _QWEN = dict(vocab_size=151936, hidden_size=4096, intermediate_size=22016, num_hidden_layers=32,
@@ -83,6 +84,10 @@ class ModelConfig:
   param_dtype: str = "float32"
   # Rematerialise each decoder layer in the backward pass (memory for compute); off for small models.
   remat: bool = False
+  # Attention kernel, a runtime choice like `remat` (not written to config.json): "xla", our einsum path;
+  # "dot_product", `jax.nn.dot_product_attention` with the kernel left to JAX (its XLA reference as of jax 0.10);
+  # "cudnn", the same call forced onto cuDNN flash attention (NVIDIA GPUs, bf16/f16 compute only).
+  attention_impl: str = "xla"
   bos_token_id: Optional[int] = None
   eos_token_id: Optional[Any] = None  # config.json's: an int or a tuple of ints
   pad_token_id: Optional[int] = None
@@ -97,6 +102,8 @@ class ModelConfig:
     for name in ("dtype", "param_dtype"):
       if getattr(self, name) not in _DTYPES:
         raise ValueError(f"ModelConfig.{name} must be float32, bfloat16 or float16, got {getattr(self, name)!r}")
+    if self.attention_impl not in ATTENTION_IMPLS:
+      raise ValueError(f"ModelConfig.attention_impl must be one of {ATTENTION_IMPLS}, got {self.attention_impl!r}")
 
   @property
   def compute_dtype(self):

@@ -8,7 +8,7 @@ from typing import Optional, Sequence, Tuple
 import jax
 
 from agentopd_jax.models import hf_io, transformer
-from agentopd_jax.models.config import preset
+from agentopd_jax.models.config import _DTYPES, ATTENTION_IMPLS, preset
 from agentopd_jax.models.tokenizer import BUILTIN_VOCAB_SIZE, builtin_tokenizer, load_tokenizer
 
 VOCAB_MULTIPLE = 128  # a random-init vocabulary grown to fit the tokenizer is rounded up to this (matmul-friendly)
@@ -16,12 +16,14 @@ VOCAB_MULTIPLE = 128  # a random-init vocabulary grown to fit the tokenizer is r
 
 def load_model_and_tokenizer(model_cfg, tokenizer_path: str, seed: int, mesh, builtin_vocab: int = BUILTIN_VOCAB_SIZE,
                              env_corpus: Optional[Tuple[Sequence[str], Sequence[str]]] = None):
-  """(ModelConfig, params on `mesh`, tokenizer). `model_cfg` needs `path`, `preset` and `param_dtype` fields.
+  """(ModelConfig, params on `mesh`, tokenizer). `model_cfg` needs `path` and `preset` fields; its `param_dtype`,
+  `dtype`, `attention_impl` and `remat` fields, when present, set those of the ModelConfig (`model_overrides`).
 
   The tokenizer is `tokenizer_path`'s, else `model_cfg.path`'s, else the built-in one with `builtin_vocab` BPE tokens,
   also trained on `env_corpus` = (env texts, whole words) when given. A preset's random-init vocabulary grows to fit
   the tokenizer (rounded up to a multiple of 128); pretrained weights must already fit it.
   """
+  overrides = model_overrides(model_cfg)  # first: a bad value fails before the tokenizer is trained
   has_tokenizer = model_cfg.path and os.path.isfile(os.path.join(model_cfg.path, "tokenizer.json"))
   tok_path = tokenizer_path or (model_cfg.path if has_tokenizer else "")
   if tok_path:
@@ -30,15 +32,37 @@ def load_model_and_tokenizer(model_cfg, tokenizer_path: str, seed: int, mesh, bu
     texts, words = env_corpus or ((), ())
     tokenizer = builtin_tokenizer(vocab_size=builtin_vocab, env_texts=texts, whole_words=words)
   if model_cfg.path:
-    overrides = {"param_dtype": model_cfg.param_dtype} if model_cfg.param_dtype else {}
     config, params = hf_io.load_hf(model_cfg.path, mesh=mesh, **overrides)
   else:
     config = preset(model_cfg.preset)
+    if "param_dtype" in overrides:  # compute follows storage unless set, as `load_hf` does for a checkpoint
+      overrides.setdefault("dtype", overrides["param_dtype"])
     needed = -(-len(tokenizer) // VOCAB_MULTIPLE) * VOCAB_MULTIPLE
-    config = config.replace(vocab_size=max(config.vocab_size, needed),
-                            **({"param_dtype": model_cfg.param_dtype} if model_cfg.param_dtype else {}))
+    config = config.replace(vocab_size=max(config.vocab_size, needed), **overrides)
     params = jax.device_put(transformer.init_params(config, jax.random.key(seed)),
                             transformer.param_shardings(config, mesh))
   if len(tokenizer) > config.vocab_size:
     raise ValueError(f"tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {config.vocab_size}")
   return config, params, tokenizer
+
+
+def model_overrides(model_cfg) -> dict:
+  """The ModelConfig fields a run config's `model` section sets: `param_dtype` (params and, through the optimizer,
+  Adam moments), `dtype` (matmuls), `attention_impl` ("xla", "dot_product", "cudnn") and `remat` (recompute each
+  layer in the backward pass); "" (False for remat) leaves a field to the checkpoint or preset.
+
+  A missing field means the same: run configs written before a field existed (a run folder's config.json,
+  configs/sample.py) and serve's bare-folder section lack them. A bad value is an error that names the run-config
+  field, not the ModelConfig one it feeds.
+  """
+  overrides = {}
+  for field, allowed in (("param_dtype", _DTYPES), ("dtype", _DTYPES), ("attention_impl", ATTENTION_IMPLS)):
+    value = getattr(model_cfg, field, "")
+    if not value:
+      continue
+    if value not in allowed:
+      raise ValueError(f"model.{field} must be one of {allowed} or \"\" (the checkpoint's), got {value!r}")
+    overrides[field] = value
+  if getattr(model_cfg, "remat", False):
+    overrides["remat"] = True
+  return overrides

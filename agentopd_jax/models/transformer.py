@@ -4,7 +4,8 @@ Every call appends a chunk of tokens: without a cache the chunk is the whole (po
 batch; with a `KVCache` the chunk's keys and values are written at each row's own write pointer, so prefill,
 one-token decode and multi-turn continuation are the same code path. Padding is expressed by segment id 0 and
 attention only connects tokens of the same non-zero segment, which makes left/right padding and packing give the
-same logits as unpadded rows.
+same logits as unpadded rows. Attention runs through our einsum path or `jax.nn.dot_product_attention` (cuDNN flash
+attention on a GPU), as `ModelConfig.attention_impl` says; both give the same logits.
 
 Parameters carry logical axis names (see `parallel.sharding`); layers are stacked on a leading `layers` axis and
 run with `nn.scan`, so compile time does not grow with depth.
@@ -77,6 +78,45 @@ class RMSNorm(nn.Module):
     return scale.astype(x.dtype) * normed.astype(x.dtype)
 
 
+def _xla_attention(q, k, v, chunk_mask, layer_cache, cache_mask):
+  """Our einsum path: query heads grouped per KV head (GQA without repeating K/V), the cache block read in its own
+  [B, kv, S, hd] layout (no copy per decode step), one softmax over both blocks. q [B, T, H, hd] -> [B, T, H, hd]."""
+  dt = q.dtype
+  b, t, h, hd = q.shape
+  kv = k.shape[2]
+  qg = q.reshape(b, t, kv, h // kv, hd) * jnp.asarray(hd ** -0.5, dt)
+  neg = jnp.finfo(jnp.float32).min
+  blocks = [(jnp.swapaxes(k, 1, 2), jnp.swapaxes(v, 1, 2), chunk_mask)]
+  if layer_cache is not None:
+    blocks.insert(0, (layer_cache[0], layer_cache[1], cache_mask))
+  scores = [jnp.where(m[:, None, None], jnp.einsum("btkgd,bksd->bkgts", qg, kb.astype(dt),
+                                                   preferred_element_type=jnp.float32), neg)
+            for kb, _, m in blocks]
+  top = functools.reduce(jnp.maximum, [jnp.max(sc, axis=-1, keepdims=True) for sc in scores])
+  probs = [jnp.exp(sc - top) for sc in scores]
+  denom = sum(jnp.sum(p, axis=-1) for p in probs)  # [b, kv, g, t]
+  out = sum(jnp.einsum("bkgts,bksd->bkgtd", p.astype(dt), vb.astype(dt), preferred_element_type=jnp.float32)
+            for p, (_, vb, _) in zip(probs, blocks))
+  out = (out / denom[..., None]).astype(dt)
+  return jnp.transpose(out, (0, 3, 1, 2, 4)).reshape(b, t, h, hd)
+
+
+def _dot_product_attention(q, k, v, chunk_mask, layer_cache, cache_mask, implementation):
+  """`jax.nn.dot_product_attention` (cuDNN flash attention when implementation="cudnn") over the keys
+  [cache block ++ chunk], with one boolean mask [B, 1, T, S + T] for causality, segments and padding.
+
+  The cache is concatenated (a copy per step: the kernel takes one key sequence). Without a cache `is_causal` is
+  also set: the mask already implies it, but it lets cuDNN skip the blocks above the diagonal.
+  """
+  mask = chunk_mask
+  if layer_cache is not None:
+    k = jnp.concatenate([jnp.swapaxes(layer_cache[0], 1, 2).astype(k.dtype), k], axis=1)
+    v = jnp.concatenate([jnp.swapaxes(layer_cache[1], 1, 2).astype(v.dtype), v], axis=1)
+    mask = jnp.concatenate([cache_mask, chunk_mask], axis=-1)
+  return jax.nn.dot_product_attention(q, k, v, mask=mask[:, None], is_causal=layer_cache is None,
+                                      implementation=implementation)
+
+
 class Attention(nn.Module):
   config: ModelConfig
 
@@ -104,23 +144,11 @@ class Attention(nn.Module):
     q = apply_rope(q, cos, sin)
     k = apply_rope(k, cos, sin)
 
-    b, t = q.shape[:2]
-    qg = q.reshape(b, t, kv, h // kv, hd) * jnp.asarray(hd ** -0.5, dt)
-    neg = jnp.finfo(jnp.float32).min
-    # Keys/values as [B, kv, S, hd], the cache's own layout.
-    blocks = [(jnp.swapaxes(k, 1, 2), jnp.swapaxes(v, 1, 2), chunk_mask)]
-    if layer_cache is not None:
-      blocks.insert(0, (layer_cache[0], layer_cache[1], cache_mask))
-    scores = [jnp.where(m[:, None, None], jnp.einsum("btkgd,bksd->bkgts", qg, kb.astype(dt),
-                                                     preferred_element_type=jnp.float32), neg)
-              for kb, _, m in blocks]
-    top = functools.reduce(jnp.maximum, [jnp.max(sc, axis=-1, keepdims=True) for sc in scores])
-    probs = [jnp.exp(sc - top) for sc in scores]
-    denom = sum(jnp.sum(p, axis=-1) for p in probs)  # [b, kv, g, t]
-    out = sum(jnp.einsum("bkgts,bksd->bkgtd", p.astype(dt), vb.astype(dt), preferred_element_type=jnp.float32)
-              for p, (_, vb, _) in zip(probs, blocks))
-    out = (out / denom[..., None]).astype(dt)
-    out = jnp.transpose(out, (0, 3, 1, 2, 4)).reshape(b, t, h, hd)
+    if c.attention_impl == "xla":
+      out = _xla_attention(q, k, v, chunk_mask, layer_cache, cache_mask)
+    else:
+      out = _dot_product_attention(q, k, v, chunk_mask, layer_cache, cache_mask,
+                                   None if c.attention_impl == "dot_product" else "cudnn")
     o = jnp.einsum("bthk,hkd->btd", out, _param(self, "o_kernel", (h, hd, d), ("q_heads", "head_dim", "embed")).astype(dt))
     if c.o_bias:
       o = o + _param(self, "o_bias", (d,), ("embed",), nn.initializers.zeros).astype(dt)

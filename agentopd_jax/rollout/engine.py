@@ -17,10 +17,11 @@ import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import jax
+import jax.numpy as jnp
 
 from agentopd_jax.rollout.chat import ChatFormat, raw_prefixed_ids, templated_text
 from agentopd_jax.rollout.types import EPISODE_INFO_KEYS, LAYOUTS, EpisodeResult, Sample
-from agentopd_jax.sampling.sampler import Sampler, SampleOutput, SamplingParams
+from agentopd_jax.sampling.sampler import Sampler, SampleOutput, SamplingParams, fold_in
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,9 +106,12 @@ class RolloutEngine:
     self.chat = chat or ChatFormat(tokenizer)
 
   def run(self, params, tasks: Sequence, problem_ids: Sequence[str], group_ids: Sequence[int], key: jax.Array,
-          sampling: SamplingParams, context: Optional[PromptContext] = None) -> Rollout:
+          sampling: SamplingParams, context: Optional[PromptContext] = None, first_episode: int = 0) -> Rollout:
     """Plays one episode per task (tasks already repeated G times for GRPO; see `envs.vector.group_tasks`); with
-    `context`, every prompt carries its prefix (the trajectory layout's first prompt: the rest follows it)."""
+    `context`, every prompt carries its prefix (the trajectory layout's first prompt: the rest follows it).
+
+    Episode i samples with its own key, fold_in(key, first_episode + i), so its tokens do not depend on the other
+    episodes of the call: a batch split over hosts (each passing its share's `first_episode`) plays as one call."""
     if not len(tasks) == len(problem_ids) == len(group_ids):
       raise ValueError(f"rollout: {len(tasks)} tasks, {len(problem_ids)} problem ids, {len(group_ids)} group ids")
     sampling = dataclasses.replace(
@@ -127,7 +131,8 @@ class RolloutEngine:
         ep.view.begin(o, info)
         ep.observation = o
     run = self._run_steps if self.config.layout == "step" else self._run_trajectories
-    run(params, episodes, key, sampling, timer, context)
+    episode_keys = jax.vmap(jax.random.fold_in, (None, 0))(key, jnp.arange(len(episodes)) + first_episode)
+    run(params, episodes, episode_keys, sampling, timer, context)
     for ep in episodes:
       if not ep.done:
         ep.truncated = True
@@ -180,7 +185,7 @@ class RolloutEngine:
     return out
 
   # ------------------------------------------------------------------------------------------ step layout
-  def _run_steps(self, params, episodes: List[_Episode], key, sampling, timer, context):
+  def _run_steps(self, params, episodes: List[_Episode], keys, sampling, timer, context):
     cfg = self.config
     for t in range(cfg.max_steps):
       live = [i for i, ep in enumerate(episodes) if not ep.done]
@@ -197,8 +202,9 @@ class RolloutEngine:
       # Pad the batch to a bucket so a shrinking set of live envs reuses a few compiled shapes.
       width = -(-len(live) // cfg.batch_bucket) * cfg.batch_bucket
       dummies = width - len(live)
+      rows = jnp.asarray(live + [live[0]] * dummies)  # a dummy row's one token is discarded: any key will do
       out = self._generate(self.sampler.generate, timer, params, prompts + [[self.sampler.pad_id]] * dummies,
-                           jax.random.fold_in(key, t), sampling,
+                           fold_in(keys[rows], t), sampling,
                            row_max_new_tokens=[cfg.max_response_tokens] * len(live) + [1] * dummies)
       actions = {}
       for j, i in enumerate(live):
@@ -215,10 +221,11 @@ class RolloutEngine:
             problem_id=ep.problem_id, traj_id=ep.traj_id, step_index=t, action_valid=float(valid),
             invalid_actions=1 - valid, prompt_text=texts[j], response_text=response, observation=ep.observation,
             action=action))
+      del out  # its KV cache would otherwise stay alive beside the next step's
       self._step_envs(episodes, actions, timer)
 
   # ------------------------------------------------------------------------------------ trajectory layout
-  def _run_trajectories(self, params, episodes: List[_Episode], key, sampling, timer, context):
+  def _run_trajectories(self, params, episodes: List[_Episode], keys, sampling, timer, context):
     cfg = self.config
     n = len(episodes)
     prompts = [self._prompt_ids(i, ep.view.turn_prompt(), context)[0] if not ep.done else [self.sampler.pad_id]
@@ -231,7 +238,7 @@ class RolloutEngine:
     seqs = [dict(completion=[], mask=[], logprobs=[], turns=0, invalid=0) for _ in range(n)]
     active = [not ep.done for ep in episodes]
     max_new = [cfg.max_response_tokens if a else 1 for a in active]
-    out = self._generate(self.sampler.generate, timer, params, prompts, jax.random.fold_in(key, 0), sampling,
+    out = self._generate(self.sampler.generate, timer, params, prompts, fold_in(keys, 0), sampling,
                          cache_size=cfg.max_total_tokens, row_max_new_tokens=max_new)
     for t in range(cfg.max_steps):
       actions = {}
@@ -269,7 +276,7 @@ class RolloutEngine:
       if not any(active):
         break
       out = self._generate(self.sampler.continue_generation, timer, params, out.state, chunks,
-                           jax.random.fold_in(key, t + 1), sampling, active=active,
+                           fold_in(keys, t + 1), sampling, active=active,
                            row_max_new_tokens=[cfg.max_response_tokens if a else 1 for a in active])
     for i, ep in enumerate(episodes):
       seq = seqs[i]

@@ -21,6 +21,10 @@ the generation config's EOS.
 Rows are ragged token lists. A padded batch (e.g. left-padded prompts from a tokenizer) comes with its mask
 (`prompt_mask`, `new_tokens_mask`: 1 on real tokens): masked slots are dropped before anything is fed, so a pad id
 never enters the cache, positions count from the first real token and the result is the unpadded row's.
+
+Randomness: `key` is one key for the batch, or one key per row ([B] keys). With row keys a row's tokens depend only
+on its own key and history, not on which rows share its batch, so a rollout split over hosts (or padded to another
+bucket) draws the same tokens as the whole batch in one call.
 """
 from __future__ import annotations
 
@@ -115,8 +119,21 @@ def _unpad(rows, mask, what: str) -> List[List[int]]:
   return out
 
 
+def _categorical(key, logits):
+  """One draw per row of [B, N] logits, from the batch's key or from each row's own key ([B] keys)."""
+  if key.ndim == 0:
+    return jax.random.categorical(key, logits, axis=-1)
+  return jax.vmap(jax.random.categorical)(key, logits)
+
+
+def fold_in(key, data):
+  """`jax.random.fold_in` of one key or of every key of a [B] batch of row keys."""
+  return jax.random.fold_in(key, data) if key.ndim == 0 else jax.vmap(jax.random.fold_in, (0, None))(key, data)
+
+
 def sample_from_logits(logits, key, temperature, top_p, *, greedy: bool, top_k: int, use_top_p: bool):
-  """Samples one token per row from f32 logits [B, V]; returns (tokens, sampling log-probs, policy log-probs)."""
+  """Samples one token per row from f32 logits [B, V] with one key or [B] row keys; returns (tokens, sampling
+  log-probs, policy log-probs)."""
   if greedy:
     tokens = jnp.argmax(logits, axis=-1)
     policy_logp = jax.nn.log_softmax(logits, axis=-1)
@@ -136,11 +153,11 @@ def sample_from_logits(logits, key, temperature, top_p, *, greedy: bool, top_k: 
       # Keep the smallest prefix whose mass reaches top_p (the first token always stays).
       keep = (jnp.cumsum(probs, axis=-1) - probs) < top_p
       vals = jnp.where(keep, vals, -jnp.inf)
-    choice = jax.random.categorical(key, vals, axis=-1)
+    choice = _categorical(key, vals)
     tokens = jnp.take_along_axis(ids, choice[:, None], -1)[:, 0]
     logp = jnp.take_along_axis(jax.nn.log_softmax(vals, axis=-1), choice[:, None], -1)[:, 0]
     return tokens, logp, jnp.take_along_axis(policy_logp, tokens[:, None], -1)[:, 0]
-  tokens = jax.random.categorical(key, scaled, axis=-1)
+  tokens = _categorical(key, scaled)
   logp = jnp.take_along_axis(policy_logp, tokens[:, None], -1)[:, 0]
   return tokens, logp, logp  # untruncated: the sampling distribution is the policy itself
 
@@ -178,7 +195,7 @@ def _decode(config: ModelConfig, mesh, params, state: DecodeState, key, active, 
     hidden, cache = transformer.forward(config, params, st.pending[:, None], st.cache.lengths[:, None], seg, st.cache)
     logits = jnp.einsum("bd,dv->bv", hidden[:, 0].astype(config.compute_dtype), w_out.astype(config.compute_dtype),
                         preferred_element_type=jnp.float32)
-    tok, lp, plp = sample_from_logits(logits, jax.random.fold_in(key, step), temperature, top_p,
+    tok, lp, plp = sample_from_logits(logits, fold_in(key, step), temperature, top_p,
                                       greedy=greedy, top_k=top_k, use_top_p=use_top_p)
     tok = jnp.where(done, pad_id, tok).astype(jnp.int32)
     toks = toks.at[:, step].set(tok)
@@ -289,6 +306,8 @@ class Sampler:
 
   def _feed_and_decode(self, params, state, chunks, key, sampling, active, row_max_new, row_stops, first_turn):
     b = len(chunks)
+    if key.shape not in ((), (b,)):
+      raise ValueError(f"key must be one PRNG key or one per row ({b}), got shape {key.shape}")
     active = [True] * b if active is None else active
     max_new = np.asarray(row_max_new if row_max_new is not None else [sampling.max_new_tokens] * b, np.int32)
     if max_new.shape != (b,):

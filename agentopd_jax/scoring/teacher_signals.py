@@ -8,7 +8,9 @@ them from the batch, so no micro-batch re-scores the teacher and no gradient rea
 """
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+import dataclasses
+
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import jax
 import numpy as np
@@ -60,3 +62,20 @@ def score_teacher(model: ModelConfig, params, samples: Sequence[Sample], *, top_
                                topk_logprobs=None if topk is None else topk[b, span].copy())
         offset += s.length
   return out
+
+
+def recompute_behaviour(model: ModelConfig, params, samples: Sequence[Sample], *, temperature: float = 1.0,
+                        pack_width: int = 0, rows_per_call: int = 16, mesh: Optional[Mesh] = None
+                        ) -> Tuple[List[Sample], Dict[str, float]]:
+  """The samples with their behaviour log-probs (π_old) replaced by the trainer's own forward under `params` (the
+  rollout-time policy), as verl recomputes them; and the sampler-vs-trainer drift over completion tokens, |Δ| mean
+  and max. Why: a sampler at another precision, sharding or attention kernel than the update scores slightly
+  different log-probs, and PPO's ratio should start at exactly 1."""
+  scored = score_teacher(model, params, samples, temperature=temperature, pack_width=pack_width,
+                         rows_per_call=rows_per_call, mesh=mesh)
+  gaps = [np.abs(np.asarray(s.behaviour_logprobs, np.float32) - t.logprobs)[np.asarray(s.completion_mask) > 0]
+          for s, t in zip(samples, scored)]
+  gaps = np.concatenate(gaps) if gaps else np.zeros(0, np.float32)
+  out = [dataclasses.replace(s, behaviour_logprobs=t.logprobs.tolist()) for s, t in zip(samples, scored)]
+  return out, {"rollout/old_logprob_drift_mean": float(gaps.mean()) if gaps.size else 0.0,
+               "rollout/old_logprob_drift_max": float(gaps.max()) if gaps.size else 0.0}

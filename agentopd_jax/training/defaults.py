@@ -29,7 +29,13 @@ def cpu_base(env_name: str) -> ml_collections.ConfigDict:
   c.model = ml_collections.ConfigDict()
   c.model.preset = "tiny"              # used when model.path is empty (random init)
   c.model.path = ""                    # local HF folder (config.json + *.safetensors + tokenizer)
-  c.model.param_dtype = ""
+  c.model.param_dtype = ""             # storage of params and Adam moments: "" = the checkpoint's (a preset: f32)
+  c.model.dtype = ""                   # matmul (compute) dtype: "" = follow param_dtype, else the checkpoint's;
+                                       # softmax, log-softmax and losses are f32 whatever it is
+  c.model.attention_impl = ""          # "" (the einsum path, "xla"), "dot_product" (jax.nn.dot_product_attention)
+                                       # or "cudnn" (its cuDNN kernel: NVIDIA GPUs, bf16/f16 compute)
+  c.model.remat = False                # recompute each layer in the backward pass: activations for compute (a 7B
+                                       # model needs it: experiments/plan.py)
   c.model.chat_template_kwargs = ml_collections.ConfigDict()  # e.g. enable_thinking=False (Qwen3)
   c.tokenizer_path = ""                # "" -> model.path's tokenizer, else the built-in one:
   c.builtin_tokenizer = ml_collections.ConfigDict()
@@ -44,6 +50,8 @@ def cpu_base(env_name: str) -> ml_collections.ConfigDict:
   c.env.prompt_flavor = "verl-agent"
   c.env.invalid_penalty = 0.1
   c.env.num_workers = 2                # env worker processes
+  c.env.backend = "process"            # "process" (this host) or "ray" (actors anywhere in a Ray cluster; docs/scale_out.md)
+  c.env.ray_actor_options = ml_collections.ConfigDict({"num_cpus": 1})  # each Ray env worker's resources
 
   c.rollout = ml_collections.ConfigDict()
   c.rollout.layout = "step"            # "step" (verl-agent) or "trajectory" (verl-tool)
@@ -55,6 +63,8 @@ def cpu_base(env_name: str) -> ml_collections.ConfigDict:
   c.rollout.temperature = 1.0           # the train step scores logits / T too (verl): PPO optimises the sampled policy
   c.rollout.top_p = 1.0
   c.rollout.top_k = 0
+  c.rollout.recompute_old_logprobs = False  # π_old from the trainer's own forward instead of the sampler's (verl):
+                                            # where the sampler runs at another precision or sharding (paper presets)
 
   c.sft = ml_collections.ConfigDict()
   c.sft.steps = 330                    # 0 skips the warm start
@@ -173,6 +183,14 @@ def cpu_base(env_name: str) -> ml_collections.ConfigDict:
   c.logging.tensorboard = True
   c.logging.plot = True
 
+  # Multi-host (docs/scale_out.md): one process per host, each running the same command. Set the three fields, or
+  # leave them and let `auto` find SLURM, Open MPI, a TPU slice or JAX_COORDINATOR_ADDRESS.
+  c.distributed = ml_collections.ConfigDict()
+  c.distributed.coordinator_address = ""  # "host:port" of process 0
+  c.distributed.num_processes = 1
+  c.distributed.process_id = 0
+  c.distributed.auto = True
+
   c.opd = ml_collections.ConfigDict()  # Agentic-OPD only (method="agentic_opd"; training/opd_trainer.py)
   c.opd.teacher_run = f"runs/{env_name}_cpu"  # the GRPO run whose checkpoints are the student and the teachers
   c.opd.student_step = "best"          # "best" (validation) or a step of that run
@@ -206,11 +224,17 @@ def paper_overrides(c: ml_collections.ConfigDict, variant: str) -> ml_collection
   preset = PAPER_MODELS[variant]
   c.workdir = f"runs/{c.env.name}_{variant}"
   c.model.preset = preset
-  c.model.param_dtype = "bfloat16"
+  # Mixed precision: f32 master weights and Adam moments, bf16 matmuls. At lr 1e-6 an Adam step (~1e-6) is far
+  # below half the bf16 rounding step of a 0.02-sized weight (~4e-5), so bf16 master weights would not move;
+  # bf16 compute halves the bytes each matmul streams and runs on the accelerators' bf16 units.
+  c.model.param_dtype = "float32"
+  c.model.dtype = "bfloat16"
+  c.model.remat = True                 # without it no 8-device mesh holds a 7B step's activations (docs/planning.md)
   c.env.compact_prompt = False
   c.env.num_workers = 16
   c.rollout.max_prompt_tokens = 2048
   c.rollout.max_response_tokens = 512
+  c.rollout.recompute_old_logprobs = True  # the sampler's bf16 cache and decode-time sharding differ from the update's
   c.sft.steps = 0
   c.sft.train_on_prompt = False
   c.grpo.iterations = 150

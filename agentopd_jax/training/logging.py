@@ -257,6 +257,23 @@ def headline(metrics: Mapping[str, Any], phase: str) -> str:
   return " ".join(parts)
 
 
+class NullLogger:
+  """The `MetricsLogger` of every process but 0 in a multi-host run: all compute the same metrics, one writes them."""
+
+  def log(self, step: int, metrics: Mapping[str, Any], phase: str = "train") -> None:
+    del step, metrics, phase
+
+  def flush(self) -> None:
+    pass
+
+  def truncate_after(self, step: int, phases: Iterable[str] | None = None) -> int:
+    del step, phases
+    return 0
+
+  def close(self) -> None:
+    pass
+
+
 class LiveReport:
   """What a run shows while it runs (a `MetricsLogger`'s `on_log`). On a terminal each record's `headline` goes into
   the watched progress bar's postfix (the latest of each phase); otherwise (nohup, cluster logs) it is one log line

@@ -76,6 +76,9 @@ class OpdRun:
 
   def __init__(self, c):
     check_opd_config(c)
+    if jax.process_count() > 1:
+      raise ValueError(f"method={c.method!r}: Agentic-OPD runs in one process for now (its teacher swap and "
+                       f"coverage records are process-local); multi-host runs support method 'grpo'")
     self.c = c
     self.run = Run(c)
     o = c.opd

@@ -13,11 +13,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
@@ -25,6 +26,7 @@ from agentopd_jax.models import transformer
 from agentopd_jax.models.config import ModelConfig
 from agentopd_jax.objectives.losses import normalizer_for
 from agentopd_jax.objectives.registry import LossConfig, get_objective
+from agentopd_jax.parallel import distributed
 from agentopd_jax.rollout.batch import TeacherSignal, TrainBatch, collate, pack_rows, round_up
 from agentopd_jax.rollout.types import Sample
 from agentopd_jax.scoring.fused import ScoreConfig, score
@@ -176,7 +178,9 @@ def make_train_step(model: ModelConfig, loss_cfg: LossConfig, optimizer: optax.G
   shardings = state_shardings(model, optimizer, mesh, with_reference)
   replicated = NamedSharding(mesh, P())
   jitted = jax.jit(step, donate_argnums=0, out_shardings=(shardings, replicated))
-  return checked(jitted, lambda minibatch: jax.device_put(minibatch, minibatch_sharding(mesh, minibatch)))
+  # Multi-host: each process passes its own rows of the mini-batch (`make_minibatches(agree=...)`).
+  return checked(jitted, lambda minibatch: distributed.put_process_rows(minibatch, minibatch_sharding(mesh, minibatch),
+                                                                        axis=1))
 
 
 def split_minibatches(batch: TrainBatch, minibatch_size: int, micro_batch_size: int):
@@ -199,8 +203,8 @@ PACKED_ROW_MULTIPLE = 4  # row-count bucket of packed mini-batches, for the same
 
 def make_minibatches(samples: Sequence[Sample], advantages: Sequence[float], minibatch_size: int,
                      micro_batch_size: int, pack_width: int = 0, distill_weights: Optional[Sequence[float]] = None,
-                     mesh: Optional[Mesh] = None,
-                     teacher: Optional[Sequence[TeacherSignal]] = None) -> List[TrainBatch]:
+                     mesh: Optional[Mesh] = None, teacher: Optional[Sequence[TeacherSignal]] = None,
+                     agree: Optional[Callable[[Sequence[int]], Sequence[int]]] = None) -> List[TrainBatch]:
   """The update's mini-batches, [A, m, T] host arrays each: runs of `minibatch_size` consecutive samples, one
   optimizer step each (the last run may be shorter).
 
@@ -210,22 +214,60 @@ def make_minibatches(samples: Sequence[Sample], advantages: Sequence[float], min
   rounded up to PACKED_ROW_MULTIPLE and to the data-parallel size of `mesh`, whose devices split a micro-batch's
   rows, then to a multiple of `micro_batch_size` rows when larger), so all mini-batches of an iteration share one
   compiled shape. Token-mean losses are identical either way. `teacher`: per-sample teacher signals (`collate`).
+
+  `agree` (multi-host: `parallel.distributed.global_max`): each process passes its share of the samples, with
+  `minibatch_size` and `micro_batch_size` its shares of the global sizes and `mesh` its local mesh; the mini-batch
+  count, row width, row count and teacher top-k are agreed over processes (a run a process lacks is blank: all
+  masked out), so that the shares assemble into global mini-batches (`parallel.distributed.put_process_rows`).
   """
+  k = teacher[0].topk_ids.shape[-1] if teacher and teacher[0].topk_ids is not None else 0
+  if agree is not None and teacher is not None:
+    (k,) = agree((k,))
+  if agree is not None and not samples:  # this process trains on nothing this time, the others do: a blank share
+    samples, advantages = [_blank_sample()], [0.0]
+    distill_weights = None if distill_weights is None else [0.0]
+    teacher = None if teacher is None else [_blank_signal(k)]
   n = len(samples)
   runs = [slice(i, min(i + minibatch_size, n)) for i in range(0, n, minibatch_size)]
+  width = max(pack_width, round_up(max(s.length for s in samples), PAD_MULTIPLE))
+  rows = minibatch_size
+  if pack_width:
+    rows = max(len(pack_rows([s.length for s in samples[run]], width)) for run in runs)
+    data_parallel = mesh.shape["data"] * mesh.shape["fsdp"] if mesh is not None else 1
+    rows = round_up(rows, math.lcm(PACKED_ROW_MULTIPLE, data_parallel))
+  if agree is not None:
+    n_runs, width, rows = agree((len(runs), width, rows))
+    runs += [slice(n, n)] * (n_runs - len(runs))
   weights = (lambda run: None) if distill_weights is None else (lambda run: list(distill_weights[run]))
   signals = (lambda run: None) if teacher is None else (lambda run: list(teacher[run]))
   if not pack_width:
-    batch = collate(samples, advantages, PAD_MULTIPLE, rows=len(runs) * minibatch_size,
-                    distill_weights=None if distill_weights is None else list(distill_weights),
-                    teacher=None if teacher is None else list(teacher))
+    batch = _widen(collate(samples, advantages, PAD_MULTIPLE, rows=len(runs) * minibatch_size,
+                           distill_weights=None if distill_weights is None else list(distill_weights),
+                           teacher=None if teacher is None else list(teacher)), width)
     return split_minibatches(batch, minibatch_size, min(micro_batch_size, minibatch_size))
-  width = max(pack_width, round_up(max(s.length for s in samples), PAD_MULTIPLE))
-  rows = max(len(pack_rows([s.length for s in samples[run]], width)) for run in runs)
-  data_parallel = mesh.shape["data"] * mesh.shape["fsdp"] if mesh is not None else 1
-  rows = round_up(rows, math.lcm(PACKED_ROW_MULTIPLE, data_parallel))
   micro = min(micro_batch_size, rows)
   rows = round_up(rows, micro)
-  return [split_minibatches(collate(samples[run], advantages[run], PAD_MULTIPLE, rows=rows, pack_width=width,
-                                    distill_weights=weights(run), teacher=signals(run)), rows, micro)[0]
-          for run in runs]
+  out = []
+  for run in runs:
+    if run.start == run.stop:
+      out.append(jax.tree.map(np.zeros_like, out[0]))
+      continue
+    batch = _widen(collate(samples[run], advantages[run], PAD_MULTIPLE, rows=rows, pack_width=width,
+                           distill_weights=weights(run), teacher=signals(run)), width)
+    out.append(split_minibatches(batch, rows, micro)[0])
+  return out
+
+
+def _widen(batch: TrainBatch, width: int) -> TrainBatch:
+  """`batch` with its rows padded (masked out) to `width` tokens: the width agreed with other processes."""
+  return jax.tree.map(lambda x: np.pad(x, [(0, 0), (0, width - x.shape[1])] + [(0, 0)] * (x.ndim - 2)), batch)
+
+
+def _blank_sample() -> Sample:
+  return Sample(prompt_ids=[0], completion_ids=[0], completion_mask=[0], behaviour_logprobs=[0.0], group_id=0,
+                problem_id="", traj_id=-1, step_index=-1, action_valid=0.0)
+
+
+def _blank_signal(k: int) -> TeacherSignal:
+  return TeacherSignal(logprobs=np.zeros(1, np.float32), topk_ids=np.zeros((1, k), np.int32) if k else None,
+                       topk_logprobs=np.zeros((1, k), np.float32) if k else None)

@@ -6,6 +6,10 @@ fixed validation panel and the pool saves a checkpoint carrying its metrics and 
 warm-started policy (GRPO's starting point and KL reference). Killing the run at any point and starting the same
 command again resumes from the newest checkpoint: params, optimizer state and step come from it, and the task draw
 and sampling keys are pure functions of (seed, iteration), so the resumed run retraces the uninterrupted one.
+
+Multi-host (`parallel.distributed`): every process runs this same loop; each plays its share of the iteration's
+tasks and of the validation panel on its own devices, the update's batch is assembled from their rows, and the
+episode records are gathered, so every process holds the same metrics and checkpoint records; process 0 writes them.
 """
 from __future__ import annotations
 
@@ -23,13 +27,14 @@ import numpy as np
 
 from agentopd_jax.envs import registry
 from agentopd_jax.envs.vector import VectorEnv, group_tasks
-from agentopd_jax.envs.verl_agent.metrics import episode_metrics
+from agentopd_jax.envs.verl_agent.metrics import EpisodeRecord, episode_metrics
 from agentopd_jax.eval.validate import episode_record, validate
 from agentopd_jax.models import transformer
 from agentopd_jax.models.loading import load_model_and_tokenizer
 from agentopd_jax.objectives.advantages import (SKILL_SHIFT_ESTIMATORS, get_advantage_estimator, informative_groups,
                                                 step_scores)
 from agentopd_jax.objectives.registry import LossConfig, get_objective
+from agentopd_jax.parallel import distributed
 from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.rollout.chat import ChatFormat
 from agentopd_jax.rollout.demonstrations import demonstration_samples
@@ -37,11 +42,12 @@ from agentopd_jax.rollout.engine import RolloutConfig, RolloutEngine
 from agentopd_jax.rollout.text_envs import make_text_env
 from agentopd_jax.rollout.types import Sample
 from agentopd_jax.sampling.sampler import Sampler, SamplingParams
+from agentopd_jax.scoring.teacher_signals import recompute_behaviour
 from agentopd_jax.teachers.hindsight import HindsightTeacher, OpidConfig
 from agentopd_jax.teachers.privileged import SkillContext, Teacher, TeacherConfig, episode_skills, signal_metrics
 from agentopd_jax.training import data
 from agentopd_jax.training.checkpoints import CheckpointPool, run_params
-from agentopd_jax.training.logging import LiveReport, MetricsLogger, plot_curves, progress
+from agentopd_jax.training.logging import LiveReport, MetricsLogger, NullLogger, plot_curves, progress
 from agentopd_jax.training.train_step import (OptimConfig, init_state, make_minibatches, make_optimizer,
                                               make_train_step)
 
@@ -80,7 +86,8 @@ def chat_format(c, tokenizer) -> ChatFormat:
 def rollout_engine(c, model, tokenizer, mesh, num_envs: int) -> RolloutEngine:
   """The configured env, prompts and sampler over `num_envs` env workers (close with `engine.env.close()`)."""
   envs = VectorEnv(registry.get(c.env.name).worker(c.env, c.rollout.max_steps), min(c.env.num_workers, num_envs),
-                   num_envs)
+                   num_envs, backend=c.env.backend,
+                   ray_actor_options=c.env.ray_actor_options.to_dict() if c.env.backend == "ray" else None)
   sampler = Sampler(model, tokenizer, pad_id=tokenizer.pad_token_id or 0, mesh=mesh)
   return RolloutEngine(sampler, tokenizer, envs, text_env_factory(c), config_dataclass(RolloutConfig, c.rollout),
                        chat_format(c, tokenizer))
@@ -132,25 +139,32 @@ class Run:
   def __init__(self, c):
     self.c = c
     self.workdir = Path(c.workdir)
+    self.primary = distributed.is_primary()
     self.workdir.mkdir(parents=True, exist_ok=True)
-    (self.workdir / "config.json").write_text(c.to_json_best_effort(indent=2))
+    if self.primary:
+      (self.workdir / "config.json").write_text(c.to_json_best_effort(indent=2))
     if not c.model.path and c.model.preset not in RANDOM_INIT_PRESETS:
       raise ValueError(f"model.path: preset {c.model.preset!r} needs pretrained weights; pass "
                        f"--config.model.path=/path/to/hf_folder (random init is only for {RANDOM_INIT_PRESETS})")
     self.mesh = make_mesh(tuple(c.mesh_shape))
+    self.local_mesh = distributed.local_mesh(self.mesh)  # where this process samples (the whole mesh on one host)
     self.model, self.init_params, self.tokenizer = model_and_tokenizer(c, base_seed(c), self.mesh)
     spec = registry.get(c.env.name)
     self.train_games, valid_games = spec.tasks(c.env)
     self.phases = data.phase_pools(self.train_games, spec.task_group, c.grpo.task_phases, c.env.name,
                                    c.grpo.tasks_per_iteration)
     self.panel = valid_games[:c.validation.num_tasks]
-    n_train = c.grpo.tasks_per_iteration * c.grpo.group_size
-    self.train_engine = rollout_engine(c, self.model, self.tokenizer, self.mesh, n_train)
-    self.val_engine = rollout_engine(c, self.model, self.tokenizer, self.mesh,
-                                     len(self.panel) * c.validation.attempts)
+    # This process's shares of an iteration's tasks and of the panel (all of them on one host).
+    self.task_share = distributed.share(c.grpo.tasks_per_iteration, "grpo.tasks_per_iteration")
+    self.panel_share = distributed.share(len(self.panel), "validation.num_tasks", even=False)
+    n_train = (self.task_share.stop - self.task_share.start) * c.grpo.group_size
+    self.train_engine = rollout_engine(c, self.model, self.tokenizer, self.local_mesh, n_train)
+    self.val_engine = rollout_engine(c, self.model, self.tokenizer, self.local_mesh,
+                                     (self.panel_share.stop - self.panel_share.start) * c.validation.attempts)
     self.pool = CheckpointPool(self.workdir / "checkpoints", keep=c.checkpoint.keep or None)
     self.live = LiveReport()
-    self.log = MetricsLogger(self.workdir / "logs", use_tensorboard=c.logging.tensorboard, on_log=self.live)
+    self.log = (MetricsLogger(self.workdir / "logs", use_tensorboard=c.logging.tensorboard, on_log=self.live)
+                if self.primary else NullLogger())
     self.loss_cfg = config_dataclass(LossConfig, c.loss)
     if c.pack_width < 0 or (c.pack_width and self.loss_cfg.loss_agg_mode != "token-mean"):
       raise ValueError(f"pack_width={c.pack_width}: packing needs pack_width > 0 and loss.loss_agg_mode "
@@ -166,6 +180,10 @@ class Run:
     self.objective = get_objective(self.loss_cfg.objective)
     self.skills, self.teacher = self._skills_and_teacher()
     self.hindsight = self._hindsight()
+    if jax.process_count() > 1 and (self.skills is not None or self.hindsight is not None):
+      raise ValueError(f"loss.objective={self.loss_cfg.objective!r} / grpo.advantage={c.grpo.advantage!r}: skill "
+                       f"retrieval and OPID's hindsight teacher run in one process only for now; multi-host runs "
+                       f"support GRPO and teachers without skills")
 
   def _skills_and_teacher(self):
     """The skill context (retrieval over the env's bank) and the teacher, each built only when the objective reads
@@ -178,8 +196,9 @@ class Run:
       skills = SkillContext(c.env.name, c.skills.bank_dir, c.skills.retrieval, c.seed, c.skills.ucb_c)
     if not wants_teacher:
       return skills, None
-    pool = (run_params(teacher_cfg.pool_run, teacher_cfg.pool_step, sharded_abstract_params(self.model, self.mesh),
-                       "teacher.pool_step")[0] if teacher_cfg.source == "pool" else None)
+    pool = (distributed.to_local(run_params(teacher_cfg.pool_run, teacher_cfg.pool_step,
+                                            sharded_abstract_params(self.model, self.mesh), "teacher.pool_step")[0],
+                                 self.local_mesh) if teacher_cfg.source == "pool" else None)
     return skills, Teacher(teacher_cfg, self.model, self.tokenizer, c.rollout.max_prompt_tokens, skills, pool)
 
   def _hindsight(self):
@@ -196,6 +215,8 @@ class Run:
   def finish(self, **extra) -> Dict:
     """The run's summary (`summarize` plus `extra`), written to summary.json, and its learning curves."""
     summary = dict(summarize(self.pool), **extra)
+    if not self.primary:
+      return summary
     (self.workdir / "summary.json").write_text(json.dumps(summary, indent=2))
     if self.c.logging.plot:
       self.log.flush()
@@ -226,10 +247,12 @@ class Run:
     state = init_state(jax.tree.map(jnp.copy, self.init_params), optimizer, mesh=self.mesh, model=self.model)
     rng = np.random.default_rng([base_seed(c), 7])
     size = min(c.sft.batch_size, len(demos))
+    mine = distributed.share(size, "sft.batch_size")  # every process draws the same batch and trains on its share
+    micro = _local(c.sft.micro_batch_size, "sft.micro_batch_size")
     for s in self.live.watch(progress(range(c.sft.steps), desc="sft")):
-      picked = [demos[i] for i in rng.choice(len(demos), size, replace=False)]
-      (batch,) = make_minibatches(picked, [0.0] * size, size, c.sft.micro_batch_size, c.pack_width,
-                                  mesh=self.mesh)
+      picked = [demos[i] for i in rng.choice(len(demos), size, replace=False)][mine]
+      (batch,) = make_minibatches(picked, [0.0] * len(picked), len(picked), micro, c.pack_width,
+                                  mesh=self.local_mesh, agree=_agree())
       if c.sft.train_on_prompt:
         # Language modelling on the whole demonstration (env text included): a from-scratch model gets ~30x more
         # supervised tokens for the same compute (docs/results.md: valid replies 0 -> 66 % after 50 steps).
@@ -281,8 +304,10 @@ class Run:
     """The panel's metrics (`val/...`) and outcomes; when the student trains with skills in its prompt (Skill-GRPO)
     the panel is played a second time with them (`val_skills/...`), as the authors validate twice."""
     c = self.c
-    records, outcomes, stats = validate(self.val_engine, params, self.panel, c.validation.attempts,
-                                        validation_key(c), validation_sampling(c))
+    records, outcomes, stats = validate(self.val_engine, distributed.to_local(params, self.local_mesh),
+                                        self.panel[self.panel_share], c.validation.attempts, validation_key(c),
+                                        validation_sampling(c), first_problem=self.panel_share.start)
+    records, outcomes = _gather_episodes(records, outcomes)
     metrics = {f"val/{k}": v for k, v in episode_metrics(records).items()}
     metrics["val/time_s"] = stats["env_s"] + stats["generate_s"]
     if self.objective.student_skills:
@@ -327,13 +352,14 @@ class Run:
 
   def grpo_iteration(self, state, iteration: int):
     c, t0 = self.c, time.perf_counter()
-    tasks = self.iteration_tasks(iteration)
+    tasks = self.iteration_tasks(iteration)[self.task_share]
     envs, groups = group_tasks(tasks, c.grpo.group_size)
     sampling = SamplingParams(temperature=c.rollout.temperature, top_p=c.rollout.top_p, top_k=c.rollout.top_k)
     context, student_skills = (self.skills.prompt_context(envs, iteration) if self.objective.student_skills
                                else (None, None))
-    rollout = self.train_engine.run(state.params, envs, envs, groups, jax.random.fold_in(self.key, iteration),
-                                    sampling, context=context)
+    params = distributed.to_local(state.params, self.local_mesh)  # the rollout-time policy, on this process
+    rollout = self.train_engine.run(params, envs, envs, groups, jax.random.fold_in(self.key, iteration),
+                                    sampling, context=context, first_episode=self.task_share.start * c.grpo.group_size)
     samples = rollout.samples
     t1 = time.perf_counter()
     # OPID: the analysis of this batch's trajectories runs on a worker thread while the advantages are computed.
@@ -343,23 +369,30 @@ class Run:
     if c.grpo.filter_groups:
       trained, advantages = informative_samples(samples, advantages, len(tasks))
     metrics: Dict[str, float] = {}
+    if c.rollout.recompute_old_logprobs and trained:
+      t_old = time.perf_counter()
+      trained, drift = recompute_behaviour(self.model, params, trained, temperature=c.rollout.temperature,
+                                           pack_width=c.pack_width, rows_per_call=c.grpo.micro_batch_size,
+                                           mesh=self.local_mesh)
+      metrics.update(drift, **{"time/recompute_old_s": time.perf_counter() - t_old})
     if analysis is not None:
       t_opid = time.perf_counter()
       if trained:
-        advantages, opid_metrics = self.hindsight.advantages(state.params, trained, advantages, analysis,
+        advantages, opid_metrics = self.hindsight.advantages(params, trained, advantages, analysis,
                                                              temperature=c.rollout.temperature,
                                                              pack_width=c.pack_width,
-                                                             rows_per_call=c.grpo.micro_batch_size, mesh=self.mesh)
+                                                             rows_per_call=c.grpo.micro_batch_size,
+                                                             mesh=self.local_mesh)
         metrics.update(opid_metrics)
       else:
         analysis.result()
       metrics["time/opid_s"] = time.perf_counter() - t_opid
-    signals = None
+    signals = None if self.teacher is None else []
     if self.teacher is not None and trained:
-      signals, used = self.teacher.signals(state.params, trained, tasks, iteration,
+      signals, used = self.teacher.signals(params, trained, tasks, iteration,
                                            top_k=self.objective.teacher_top_k(self.loss_cfg),
                                            temperature=c.rollout.temperature, pack_width=c.pack_width,
-                                           rows_per_call=c.grpo.micro_batch_size, mesh=self.mesh)
+                                           rows_per_call=c.grpo.micro_batch_size, mesh=self.local_mesh)
       metrics.update(signal_metrics(trained, signals, self.loss_cfg.gate_beta))
       metrics["time/teacher_s"] = time.perf_counter() - t1
       if self.skills is not None:
@@ -369,9 +402,12 @@ class Run:
       self.skills.update({e: (names, won[e]) for e, names in student_skills.items()})
     if self.skills is not None:
       metrics.update({f"skills/hits/{name}": n for name, n in self.skills.take_hits().items()})
-    # No informative group (filter_groups): the iteration makes no update, as DAPO skips an empty batch.
-    minibatches = (make_minibatches(trained, advantages, c.grpo.mini_batch_size, c.grpo.micro_batch_size,
-                                    c.pack_width, mesh=self.mesh, teacher=signals) if trained else [])
+    # No informative group anywhere (filter_groups): the iteration makes no update, as DAPO skips an empty batch.
+    # Multi-host: each process brings its share of every mini-batch (blank where it has no samples left).
+    anywhere = sum(distributed.allgather(len(trained))) > 0
+    minibatches = (make_minibatches(trained, advantages, _local(c.grpo.mini_batch_size, "grpo.mini_batch_size"),
+                                    _local(c.grpo.micro_batch_size, "grpo.micro_batch_size"), c.pack_width,
+                                    mesh=self.local_mesh, teacher=signals, agree=_agree()) if anywhere else [])
     if self.objective.prepare is not None:
       minibatches = [self.objective.prepare(b, self.loss_cfg, iteration) for b in minibatches]
     t2 = time.perf_counter()
@@ -380,7 +416,7 @@ class Run:
       state, m = self.train_step(state, minibatch)
       updates.append({k: float(v) for k, v in m.items()})
     t3 = time.perf_counter()
-    played = [episode_record(ep) for ep in rollout.episodes if not ep.env_failed]
+    played, _ = _gather_episodes([episode_record(ep) for ep in rollout.episodes if not ep.env_failed], {})
     metrics.update({f"episode/{k}": v for k, v in episode_metrics(played).items()})
     if updates:
       metrics.update({f"actor/{k}": v for k, v in _mean_metrics(updates).items()})
@@ -388,15 +424,37 @@ class Run:
       metrics["rollout/logprob_drift"] = updates[0]["logprob_drift"]
     metrics.update({"time/env_s": rollout.stats["env_s"], "time/generate_s": rollout.stats["generate_s"],
                     "time/advantage_s": t2 - t1, "time/update_s": t3 - t2, "time/iteration_s": t3 - t0,
-                    "batch/samples": len(samples), "batch/trained_samples": len(trained),
-                    "batch/rows": sum(b.tokens.shape[0] * b.tokens.shape[1] for b in minibatches),
                     "batch/width": minibatches[0].tokens.shape[-1] if minibatches else 0,
-                    "batch/tokens": sum(int(b.segment_ids.astype(bool).sum()) for b in minibatches),
-                    "batch/updates": len(updates),
-                    "batch/env_failed": sum(ep.env_failed for ep in rollout.episodes),
-                    "batch/score_mean": float(jnp.mean(scores))})
+                    "batch/updates": len(updates)})
+    counts = np.sum(distributed.allgather([  # over every process's share
+        len(samples), len(trained), sum(b.tokens.shape[0] * b.tokens.shape[1] for b in minibatches),
+        sum(int(b.segment_ids.astype(bool).sum()) for b in minibatches),
+        sum(ep.env_failed for ep in rollout.episodes), float(jnp.sum(scores))]), axis=0)
+    metrics.update({"batch/samples": int(counts[0]), "batch/trained_samples": int(counts[1]),
+                    "batch/rows": int(counts[2]), "batch/tokens": int(counts[3]), "batch/env_failed": int(counts[4]),
+                    "batch/score_mean": float(counts[5] / counts[0])})
     self.log.log(iteration, metrics, phase="train")
     return state, metrics
+
+
+def _local(n: int, field: str) -> int:
+  """This process's share of a global batch size (all of it on one host)."""
+  mine = distributed.share(n, field)
+  return mine.stop - mine.start
+
+
+def _agree():
+  """`make_minibatches`' shape agreement over processes; None (nothing to agree) on one host."""
+  return distributed.global_max if jax.process_count() > 1 else None
+
+
+def _gather_episodes(records, outcomes):
+  """(every process's episode records in process order, the union of their per-problem outcomes)."""
+  if jax.process_count() == 1:
+    return records, outcomes
+  shares = distributed.allgather([[dataclasses.asdict(r) for r in records], outcomes])
+  return ([EpisodeRecord(**r) for share, _ in shares for r in share],
+          {p: tuple(o) for _, out in shares for p, o in out.items()})
 
 
 def informative_samples(samples: Sequence[Sample], advantages: Sequence[float],
