@@ -80,8 +80,9 @@ def test_two_processes_train_like_one_process(tmp_path, alfworld_games_root):
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
   outs = [_finish(p, f"process {i}") for i, p in enumerate(procs)]
   _finish(reference, "the one-process run")
-  # Process 0 alone prints the summary and writes the logs.
-  assert json.loads(outs[0].strip().splitlines()[-1])["steps"] == [0, 1] and not outs[1].strip()
+  # Process 0 alone prints the summary and writes the logs (gloo's own connection lines aside).
+  assert json.loads(outs[0].strip().splitlines()[-1])["steps"] == [0, 1]
+  assert not any(line.startswith("{") for line in outs[1].splitlines())
 
   one, two = _state(single, 1), _state(multi, 1)
   assert int(one["step"]) == int(two["step"]) == 1
