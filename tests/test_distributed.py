@@ -1,17 +1,26 @@
 """The single-process side of multi-host runs (tests/test_multihost.py runs two real processes): launcher detection,
-config errors, shares, mini-batches padded to shapes agreed with other processes, and π_old recomputation."""
+config errors, shares, mini-batches padded to shapes agreed with other processes, π_old recomputation, and the
+host-side exchanges (skill feedback, teacher and OPID metrics) in two threads that gather like two processes."""
+import dataclasses
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import jax
 import ml_collections
 import numpy as np
 import pytest
 
 from agentopd_jax.models import transformer
+from agentopd_jax.objectives.opid import opid_advantages, shift_metrics
 from agentopd_jax.models.config import preset
 from agentopd_jax.parallel import distributed
 from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.rollout.batch import TeacherSignal
 from agentopd_jax.rollout.types import Sample
 from agentopd_jax.scoring.teacher_signals import recompute_behaviour
+from agentopd_jax.teachers import hindsight
+from agentopd_jax.teachers.privileged import SkillContext, signal_metrics
 from agentopd_jax.training.train_step import make_minibatches
 
 
@@ -113,3 +122,113 @@ def test_recomputed_behaviour_logprobs_are_the_trainers_and_the_drift_is_logged(
                          for s, f in zip(samples, fixed)])
   assert drift["rollout/old_logprob_drift_mean"] == pytest.approx(gaps.mean(), rel=1e-5)
   assert drift["rollout/old_logprob_drift_max"] == pytest.approx(gaps.max(), rel=1e-5) and gaps.max() > 0.1
+
+
+def _as_two_processes(monkeypatch, work):
+  """[work(0), work(1)] run in two threads that exchange `distributed.allgather` (and see their own
+  `jax.process_index`) as two processes do: the host-side half of a multi-host run, without a coordinator. The test's
+  own thread stays one process."""
+  barrier, slots, me = threading.Barrier(2, timeout=60), [None, None], threading.local()
+
+  def allgather(obj):
+    if not hasattr(me, "rank"):
+      return [obj]
+    slots[me.rank] = json.loads(json.dumps(obj))
+    barrier.wait()
+    every = list(slots)
+    barrier.wait()
+    return every
+
+  monkeypatch.setattr(distributed, "allgather", allgather)
+  monkeypatch.setattr(jax, "process_index", lambda: getattr(me, "rank", 0))
+  results = [None, None]
+
+  def run(rank):
+    me.rank = rank
+    results[rank] = work(rank)
+
+  with ThreadPoolExecutor(2) as pool:
+    list(pool.map(run, (0, 1)))
+  return results
+
+
+def test_fake_processes_number_their_items_over_the_whole_list(monkeypatch):
+  assert _as_two_processes(monkeypatch, lambda rank: distributed.offset([3, 5][rank])) == [0, 3]
+  totals = _as_two_processes(monkeypatch, lambda rank: distributed.sum_over_processes(
+      {"a": [1.0, rank], **({"b": [2.0]} if rank else {})}))
+  for got in totals:  # a name only one process has counts as zeros in the other
+    assert got["a"].tolist() == [2.0, 1.0] and got["b"].tolist() == [2.0]
+
+
+def _gap_samples(n=6, seed=0):
+  rng = np.random.default_rng(seed)
+  samples = [dataclasses.replace(_sample(4, 3 + i % 3, i), traj_id=i // 2, step_index=i % 2) for i in range(n)]
+  signals = [TeacherSignal(np.asarray(s.behaviour_logprobs) + rng.normal(size=len(s.completion_ids)))
+             for s in samples]
+  return samples, signals
+
+
+def test_teacher_signal_metrics_of_two_shares_are_the_whole_batchs(monkeypatch):
+  samples, signals = _gap_samples()
+  whole = signal_metrics(samples, signals, gate_beta=5.0)
+  shares = _as_two_processes(monkeypatch, lambda r: signal_metrics(samples[4 * r:4 + 2 * r], signals[4 * r:4 + 2 * r],
+                                                                    gate_beta=5.0))
+  for got in shares:
+    assert got.keys() == whole.keys()
+    for k in whole:
+      assert got[k] == pytest.approx(whole[k], rel=1e-9, abs=1e-12), k
+
+
+def test_opid_shift_normalised_and_measured_over_two_shares_is_the_whole_batchs(monkeypatch):
+  rng = np.random.default_rng(1)
+  mask = (rng.random((6, 5)) > 0.2).astype(np.float32)
+  old, teacher = -rng.random((6, 5)), -rng.random((6, 5))
+  use_ep, use_step = np.asarray([1, 0, 1, 1, 0, 1.0]), np.asarray([0, 1, 0, 1, 1, 0.0])
+  episode = rng.normal(size=6)
+
+  def opid(rows, totals=None):
+    return (np.asarray(opid_advantages(episode[rows], mask[rows], old[rows], teacher[rows], use_ep[rows],
+                                       teacher[rows] * 0.5, use_step[rows], 0.1, 0.2, normalize=True,
+                                       totals=totals)),
+            shift_metrics(mask[rows], old[rows], teacher[rows], use_ep[rows], teacher[rows] * 0.5, use_step[rows],
+                          totals=totals))
+
+  whole_adv, whole_metrics = opid(slice(0, 6))
+  shares = _as_two_processes(monkeypatch, lambda r: opid(slice(2 * r, 2 + 4 * r), hindsight._totals))
+  np.testing.assert_allclose(np.concatenate([shares[0][0], shares[1][0]]), whole_adv, rtol=1e-5, atol=1e-6)
+  for _, got in shares:
+    for k in whole_metrics:
+      assert got[k] == pytest.approx(whole_metrics[k], rel=1e-6, abs=1e-9), k
+
+
+GAMES = [f"/g/{t}-Obj-None-Recep-{i}/trial/game.tw-pddl" for i, t in enumerate(
+    ["pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep", "pick_two_obj_and_place"] * 2)]
+
+
+def test_skill_draws_and_bandit_feedback_of_two_shares_are_one_processs(monkeypatch):
+  """Shares number their episodes over the batch (a `random` draw is the same whichever process makes it), and the
+  UCB feedback and hit counts are gathered, so both processes hold the one-process retriever's state."""
+  def play(ctx, tasks, first):
+    context, used = ctx.prompt_context(tasks, key=3, first_episode=first)
+    texts = [context.prefix(e, "<|im_start|>user\nYour task is to: look.") for e in range(len(tasks))]
+    return texts, used
+
+  whole = SkillContext("alfworld", retrieval="random", seed=5)
+  texts, _ = play(whole, GAMES, 0)
+  shares = _as_two_processes(monkeypatch, lambda r: play(SkillContext("alfworld", retrieval="random", seed=5),
+                                                         GAMES[5 * r:5 + 3 * r], 5 * r)[0])
+  assert shares[0] + shares[1] == texts and len(set(texts)) > 1
+
+  def bandit(tasks, first, rounds=3):
+    ctx = SkillContext("alfworld", retrieval="ucb", seed=0)
+    hits = []
+    for k in range(rounds):
+      _, used = play(ctx, tasks, first)
+      ctx.update({e: (names, float((first + e + k) % 3 == 0)) for e, names in used.items()}, first)
+      hits.append(ctx.take_hits())
+    return ctx.state_dict(), hits
+
+  state, hits = bandit(GAMES, 0)
+  for got_state, got_hits in _as_two_processes(monkeypatch, lambda r: bandit(GAMES[5 * r:5 + 3 * r], 5 * r)):
+    assert got_state == state and got_hits == hits
+  assert sum(state["counts"].values()) == 3 * len(GAMES)

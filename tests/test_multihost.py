@@ -3,7 +3,12 @@ command as one process on 8 devices and end with the same parameters, metrics an
 
 The mesh is (data 1, fsdp 8, tensor 1), so the parameters are sharded across both processes: each one gathers
 them onto its own devices to sample, plays half of the tasks and of the validation panel, and the update's batch is
-assembled from both halves. Both runs do SFT (2 steps) then one GRPO iteration; measured: parameters within 2.2e-7.
+assembled from both halves. GRPO does SFT (2 steps) then one iteration (measured: parameters within 2.2e-7); then,
+from its checkpoint, SDAR with UCB-retrieved skills plus OPID's hindsight advantage, and Agentic-OPD distilling its
+pool, one iteration each, compared by their gradients (Adam's first moment): OPID's z-scored shift multiplies the
+~1e-7 differences between two meshes' scores by 1/std (~70 here), and Adam's first step moves any weight whose
+gradient is near its epsilon by up to ±lr either way, so their parameters differ in a few hundred such weights.
+Measured: SDAR + OPID gradients within 4.6e-5 of each tensor's largest entry.
 """
 import json
 import os
@@ -14,6 +19,7 @@ import sys
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+import pytest
 
 from agentopd_jax.training.checkpoints import CheckpointPool
 
@@ -26,12 +32,19 @@ FLAGS = {"env.num_workers": 1, "mesh_shape": "(1,8,1)", "sft.steps": 2, "sft.dem
          # A barely trained policy earns the same (zero) reward in every episode, so GRPO's advantages are 0: the
          # entropy bonus at a high rate makes the update move every weight, through the same gradient path.
          "loss.entropy_coef": 0.01, "optim.learning_rate": 1e-3}
+# From the GRPO run's last checkpoint, no SFT. SDAR + OPID: a UCB retriever (its feedback is gathered), OPID's shift
+# at weight 1 and normalised over the whole batch. Agentic-OPD: every sample distilled (LAD off: the tiny teacher
+# wins nothing, so LAD would route none).
+SKILLS = {"skills.retrieval": "ucb", "grpo.advantage": "opid", "opid.w_episode": 1.0, "opid.w_step": 1.0,
+          "opid.normalize": True, "sft.skill_fraction": 0.0, "warm_start_step": 1}
+OPD = {"opd.lad": "off", "grpo.group_size": 2, "grpo.tasks_per_iteration": 2, "sft.steps": 0}
 
 
-def _command(workdir, games_root, **extra):
+def _command(workdir, games_root, variant="", **extra):
   flags = dict(FLAGS, workdir=workdir, **{"env.data_root": games_root}, **extra)
   return [sys.executable, os.path.join(ROOT, "experiments", "train.py"),
-          f"--config={os.path.join(ROOT, 'configs', 'alfworld.py')}"] + [f"--config.{k}={v}" for k, v in flags.items()]
+          f"--config={os.path.join(ROOT, 'configs', 'alfworld.py')}{variant}"] + [
+              f"--config.{k}={v}" for k, v in flags.items()]
 
 
 def _env(devices: int):
@@ -69,30 +82,84 @@ def _records(workdir):
     return {s: pool.metadata(s) for s in (0, 1)}
 
 
-def test_two_processes_train_like_one_process(tmp_path, alfworld_games_root):
-  single, multi = str(tmp_path / "single"), str(tmp_path / "multi")
+def _launch(root, games_root, variant="", **extra):
+  """Starts the two-process run (root/multi) and the one-process run (root/single) of one command, all at once:
+  their compilations, single-threaded, overlap on the 2 cores."""
+  single, multi = os.path.join(root, "single"), os.path.join(root, "multi")
   address = f"127.0.0.1:{_free_port()}"
-  # All three at once: their compilations, single-threaded, overlap on the 2 cores.
-  procs = [subprocess.Popen(_command(multi, alfworld_games_root, **{
+  procs = [subprocess.Popen(_command(multi, games_root, variant, **extra, **{
       "distributed.coordinator_address": address, "distributed.num_processes": 2, "distributed.process_id": i}),
       cwd=ROOT, env=_env(4), text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in range(2)]
-  reference = subprocess.Popen(_command(single, alfworld_games_root), cwd=ROOT, env=_env(8), text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-  outs = [_finish(p, f"process {i}") for i, p in enumerate(procs)]
-  _finish(reference, "the one-process run")
-  # Process 0 alone prints the summary and writes the logs (gloo's own connection lines aside).
-  assert json.loads(outs[0].strip().splitlines()[-1])["steps"] == [0, 1]
-  assert not any(line.startswith("{") for line in outs[1].splitlines())
+  procs.append(subprocess.Popen(_command(single, games_root, variant, **extra), cwd=ROOT, env=_env(8), text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+  return single, multi, procs
 
-  one, two = _state(single, 1), _state(multi, 1)
-  assert int(one["step"]) == int(two["step"]) == 1
+
+def _wait(launched):
+  single, multi, procs = launched
+  outs = [_finish(p, what) for p, what in zip(procs, ("process 0", "process 1", "the one-process run"))]
+  return single, multi, outs
+
+
+def _same_params(single, multi, step):
+  """The two runs' saved params at `step` agree; returns how far the last iteration moved them."""
+  one, two = _state(single, step), _state(multi, step)
+  assert int(one["step"]) == int(two["step"])
   flat_one, flat_two = (dict(ocp.tree.to_flat_dict(s["params"])) for s in (one, two))
   assert flat_one.keys() == flat_two.keys()
   for name in flat_one:
     np.testing.assert_allclose(flat_two[name], flat_one[name], rtol=2e-5, atol=2e-6, err_msg=str(name))
-  moved = max(float(np.abs(a - b).max()) for a, b in zip(
-      ocp.tree.to_flat_dict(_state(single, 0)["params"]).values(), flat_one.values()))
-  assert moved > 1e-4  # the GRPO update did change the parameters being compared
+  return max(float(np.abs(a - b).max()) for a, b in zip(
+      ocp.tree.to_flat_dict(_state(single, step - 1)["params"]).values(), flat_one.values()))
+
+
+def _same_gradients(single, multi, step, tolerance=2e-4):
+  """The two runs' gradients of the update that made `step` (Adam's first moment after one step: 0.1 x gradient)
+  agree to `tolerance` x each tensor's largest entry; returns the worst such ratio."""
+  mu = [{k: v for k, v in ocp.tree.to_flat_dict(_state(w, step)["opt_state"]).items() if "mu" in k}
+        for w in (single, multi)]
+  assert mu[0] and mu[0].keys() == mu[1].keys()
+  worst = 0.0
+  for name, one in mu[0].items():
+    scale = float(np.abs(one).max())
+    assert scale > 0, name  # every tensor got a gradient
+    worst = max(worst, float(np.abs(mu[1][name] - one).max()) / scale)
+  assert worst < tolerance, worst
+  return worst
+
+
+def _train_lines(workdir):
+  return [json.loads(line) for line in open(os.path.join(workdir, "logs", "metrics.jsonl"))
+          if '"phase": "train"' in line]
+
+
+def _same_metrics(one, two, keys):
+  for key in keys:
+    assert abs(two[key] - one[key]) <= 1e-5 * max(1.0, abs(one[key])), (key, one[key], two[key])
+
+
+@pytest.fixture(scope="module")
+def grpo(tmp_path_factory, alfworld_games_root):
+  return _wait(_launch(str(tmp_path_factory.mktemp("grpo")), alfworld_games_root))
+
+
+@pytest.fixture(scope="module")
+def methods(tmp_path_factory, alfworld_games_root, grpo):
+  """SDAR + OPID and Agentic-OPD, both from the GRPO run's one-process checkpoints, launched together."""
+  teacher = grpo[0]
+  skills = _launch(str(tmp_path_factory.mktemp("sdar_opid")), alfworld_games_root, ":sdar", warm_start_run=teacher,
+                   **SKILLS)
+  opd = _launch(str(tmp_path_factory.mktemp("opd")), alfworld_games_root, ":agentic_opd",
+                **{"opd.teacher_run": teacher}, **OPD)
+  return {"skills": _wait(skills), "opd": _wait(opd)}
+
+
+def test_two_processes_train_like_one_process(grpo):
+  single, multi, outs = grpo
+  # Process 0 alone prints the summary and writes the logs (gloo's own connection lines aside).
+  assert json.loads(outs[0].strip().splitlines()[-1])["steps"] == [0, 1]
+  assert not any(line.startswith("{") for line in outs[1].splitlines())
+  assert _same_params(single, multi, 1) > 1e-4  # the GRPO update did change the parameters being compared
 
   # Every process played half of each validation; the gathered records equal the one-process run's.
   rec_one, rec_two = _records(single), _records(multi)
@@ -101,12 +168,37 @@ def test_two_processes_train_like_one_process(tmp_path, alfworld_games_root):
     assert rec_two[s]["outcomes"] == rec_one[s]["outcomes"] and len(rec_one[s]["outcomes"]) == 3
     shared = [k for k in rec_one[s]["metrics"] if not k.startswith("val/time")]
     assert "val/success_rate" in shared
-    for key in shared:
-      assert abs(rec_two[s]["metrics"][key] - rec_one[s]["metrics"][key]) < 1e-9, key
-  lines = [json.loads(line) for line in open(os.path.join(multi, "logs", "metrics.jsonl"))]
-  train_one = [json.loads(line) for line in open(os.path.join(single, "logs", "metrics.jsonl"))
-               if '"phase": "train"' in line]
-  train_two = [r for r in lines if r["phase"] == "train"]
+    _same_metrics(rec_one[s]["metrics"], rec_two[s]["metrics"], shared)
+  train_one, train_two = _train_lines(single), _train_lines(multi)
   assert len(train_two) == 1  # one writer
-  for key in ("batch/samples", "batch/tokens", "episode/success_rate", "actor/loss"):
-    assert abs(train_two[0][key] - train_one[0][key]) <= 1e-5 * max(1.0, abs(train_one[0][key])), key
+  _same_metrics(train_one[0], train_two[0], ("batch/samples", "batch/tokens", "episode/success_rate", "actor/loss"))
+
+
+def test_sdar_with_skills_and_opid_train_like_one_process(methods):
+  """The teacher's privileged prompts, the UCB bandit fed by both processes' episodes, OPID's analysis of each
+  process's trajectories with the shift normalised over both: the same update and the same retriever state."""
+  single, multi, _ = methods["skills"]
+  _same_gradients(single, multi, 1)
+  rec_one, rec_two = _records(single), _records(multi)
+  assert rec_two[1]["outcomes"] == rec_one[1]["outcomes"]
+  skills = rec_one[1]["extra"]["skills"]
+  assert rec_two[1]["extra"]["skills"] == skills and sum(skills["counts"].values()) == 4  # 2 tasks x 2 episodes
+  one, two = _train_lines(single)[0], _train_lines(multi)[0]
+  keys = [k for k in one if k.startswith(("teacher/", "opid/", "skills/hits/", "actor/", "batch/", "episode/"))
+          and k not in ("opid/analyzer_latency_s",)]
+  assert {"teacher/gap_mean", "opid/delta_step_std", "opid/route_episode", "actor/sdar/loss"} <= set(keys)
+  assert set(keys) <= set(two)
+  _same_metrics(one, two, keys)
+
+
+def test_agentic_opd_trains_like_one_process(methods):
+  """Each process rolls out the student on its tasks; the one distillation step (the resident teacher scored on the
+  global mesh) is the same, and so are the scheduler's records."""
+  single, multi, _ = methods["opd"]
+  _same_gradients(single, multi, 1)
+  rec_one, rec_two = _records(single), _records(multi)
+  for s in (0, 1):
+    assert rec_two[s]["outcomes"] == rec_one[s]["outcomes"]
+    assert rec_two[s]["extra"]["scheduler"] == rec_one[s]["extra"]["scheduler"]
+  one, two = _train_lines(single)[0], _train_lines(multi)[0]
+  _same_metrics(one, two, [k for k in one if k.startswith(("opd/", "actor/", "batch/samples", "episode/"))])

@@ -117,6 +117,13 @@ def _dot_product_attention(q, k, v, chunk_mask, layer_cache, cache_mask, impleme
                                       implementation=implementation)
 
 
+def _project(equation: str, x, kernel, dt):
+  """x · kernel in the compute dtype `dt`, accumulated and returned in f32 by the matmul, then rounded to `dt`: what a
+  bf16 matmul in torch computes. (XLA's CPU backend runs a bf16 x bf16 dot fast only with an f32 result; on GPU/TPU
+  the rounding fuses into the matmul.)"""
+  return jnp.einsum(equation, x, kernel.astype(dt), preferred_element_type=jnp.float32).astype(dt)
+
+
 class Attention(nn.Module):
   config: ModelConfig
 
@@ -130,9 +137,9 @@ class Attention(nn.Module):
     c = self.config
     dt = c.compute_dtype
     d, h, kv, hd = c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim
-    q = jnp.einsum("btd,dhk->bthk", x, _param(self, "q_kernel", (d, h, hd), ("embed", "q_heads", "head_dim")).astype(dt))
-    k = jnp.einsum("btd,dhk->bthk", x, _param(self, "k_kernel", (d, kv, hd), ("embed", "kv_heads", "head_dim")).astype(dt))
-    v = jnp.einsum("btd,dhk->bthk", x, _param(self, "v_kernel", (d, kv, hd), ("embed", "kv_heads", "head_dim")).astype(dt))
+    q = _project("btd,dhk->bthk", x, _param(self, "q_kernel", (d, h, hd), ("embed", "q_heads", "head_dim")), dt)
+    k = _project("btd,dhk->bthk", x, _param(self, "k_kernel", (d, kv, hd), ("embed", "kv_heads", "head_dim")), dt)
+    v = _project("btd,dhk->bthk", x, _param(self, "v_kernel", (d, kv, hd), ("embed", "kv_heads", "head_dim")), dt)
     if c.qkv_bias:
       zeros = nn.initializers.zeros
       q = q + _param(self, "q_bias", (h, hd), ("q_heads", "head_dim"), zeros).astype(dt)
@@ -149,7 +156,7 @@ class Attention(nn.Module):
     else:
       out = _dot_product_attention(q, k, v, chunk_mask, layer_cache, cache_mask,
                                    None if c.attention_impl == "dot_product" else "cudnn")
-    o = jnp.einsum("bthk,hkd->btd", out, _param(self, "o_kernel", (h, hd, d), ("q_heads", "head_dim", "embed")).astype(dt))
+    o = _project("bthk,hkd->btd", out, _param(self, "o_kernel", (h, hd, d), ("q_heads", "head_dim", "embed")), dt)
     if c.o_bias:
       o = o + _param(self, "o_bias", (d,), ("embed",), nn.initializers.zeros).astype(dt)
     return o, (k, v)
@@ -162,10 +169,12 @@ class MLP(nn.Module):
   def __call__(self, x):
     c = self.config
     dt = c.compute_dtype
-    gate = x @ _param(self, "gate_kernel", (c.hidden_size, c.intermediate_size), ("embed", "mlp")).astype(dt)
-    up = x @ _param(self, "up_kernel", (c.hidden_size, c.intermediate_size), ("embed", "mlp")).astype(dt)
-    down = _param(self, "down_kernel", (c.intermediate_size, c.hidden_size), ("mlp", "embed")).astype(dt)
-    return (nn.silu(gate) * up) @ down
+    gate = _project("btd,df->btf", x, _param(self, "gate_kernel", (c.hidden_size, c.intermediate_size),
+                                              ("embed", "mlp")), dt)
+    up = _project("btd,df->btf", x, _param(self, "up_kernel", (c.hidden_size, c.intermediate_size), ("embed", "mlp")),
+                  dt)
+    down = _param(self, "down_kernel", (c.intermediate_size, c.hidden_size), ("mlp", "embed"))
+    return _project("btf,fd->btd", nn.silu(gate) * up, down, dt)
 
 
 class DecoderLayer(nn.Module):

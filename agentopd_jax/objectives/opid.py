@@ -13,7 +13,7 @@ These functions take completion-aligned arrays: row i holds sample i's completio
 """
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional, Sequence
 
 import chex
 import jax
@@ -21,14 +21,20 @@ import jax.numpy as jnp
 import numpy as np
 
 
+Totals = Callable[[Sequence[float]], Sequence[float]]
+
+
 def skill_shift(teacher_logprobs: jnp.ndarray, old_logprobs: jnp.ndarray, mask: jnp.ndarray, routed: jnp.ndarray,
-                normalize: bool = False, clip: Optional[float] = None, epsilon: float = 1e-6) -> jnp.ndarray:
+                normalize: bool = False, clip: Optional[float] = None, epsilon: float = 1e-6,
+                totals: Optional[Totals] = None) -> jnp.ndarray:
   """One route's Δ [N, L] (`compute_teacher_token_advantage`): the detached shift on the routed samples' tokens.
 
     Δ = sg[log π_T − log π_old] · m · 1[routed]
     normalize: over the tokens with m > 0 of routed samples (the whole batch), Δ ← (Δ − μ)/(σ + ε) with the
       population σ, or Δ − μ when σ ≤ ε; other tokens keep their zeros.
     clip: Δ ← clamp(Δ, −clip, clip) afterwards (None: no clamp).
+    totals: multi-host, where these rows are one process's share of the batch: sums a list of numbers over the
+      processes, so μ and σ are the whole batch's (host values: not under jit).
   """
   chex.assert_rank([teacher_logprobs, old_logprobs, mask], 2)
   chex.assert_equal_shape([teacher_logprobs, old_logprobs, mask])
@@ -37,9 +43,12 @@ def skill_shift(teacher_logprobs: jnp.ndarray, old_logprobs: jnp.ndarray, mask: 
   delta = jax.lax.stop_gradient(teacher_logprobs - old_logprobs).astype(jnp.float32)
   delta = jnp.where(valid, delta, 0.0)
   if normalize:
-    n = jnp.maximum(valid.sum(), 1)
-    mean = delta.sum() / n
-    std = jnp.sqrt(jnp.where(valid, jnp.square(delta - mean), 0.0).sum() / n)
+    total = totals or (lambda xs: xs)
+    n, summed = total([valid.sum(), delta.sum()])
+    n = jnp.maximum(n, 1)
+    mean = summed / n
+    (squares,) = total([jnp.where(valid, jnp.square(delta - mean), 0.0).sum()])
+    std = jnp.sqrt(squares / n)
     shifted = jnp.where(std > epsilon, (delta - mean) / (std + epsilon), delta - mean)
     delta = jnp.where(valid, shifted, delta)
   if clip is not None:
@@ -50,30 +59,35 @@ def skill_shift(teacher_logprobs: jnp.ndarray, old_logprobs: jnp.ndarray, mask: 
 def opid_advantages(episode_advantages: jnp.ndarray, mask: jnp.ndarray, old_logprobs: jnp.ndarray,
                     episode_teacher: jnp.ndarray, use_episode: jnp.ndarray, step_teacher: jnp.ndarray,
                     use_step: jnp.ndarray, w_episode: float, w_step: float, normalize: bool = False,
-                    clip: Optional[float] = None) -> jnp.ndarray:
+                    clip: Optional[float] = None, totals: Optional[Totals] = None) -> jnp.ndarray:
   """A^OPID [N, L] = A^ep · m + w_ep·Δ^ep + w_step·Δ^step (`compute_opid_advantage_components` with GiGPO's step
   weight at 0, as OPID's config forces). `episode_advantages` [N] per sample; the rest [N, L], `use_*` [N] 0/1 (the
-  routing of `skills.injection.route`); a route's teacher rows are ignored where it is not used."""
+  routing of `skills.injection.route`); a route's teacher rows are ignored where it is not used. `totals`: see
+  `skill_shift` (multi-host)."""
   chex.assert_rank(episode_advantages, 1)
   adv = episode_advantages.astype(jnp.float32)[:, None] * mask.astype(jnp.float32)
   for w, teacher, used in ((w_episode, episode_teacher, use_episode), (w_step, step_teacher, use_step)):
     if w:
-      adv = adv + w * skill_shift(teacher, old_logprobs, mask, used, normalize, clip)
+      adv = adv + w * skill_shift(teacher, old_logprobs, mask, used, normalize, clip, totals=totals)
   return adv
 
 
 def shift_metrics(mask: jnp.ndarray, old_logprobs: jnp.ndarray, episode_teacher: jnp.ndarray,
-                  use_episode: jnp.ndarray, step_teacher: jnp.ndarray, use_step: jnp.ndarray) -> Dict[str, float]:
+                  use_episode: jnp.ndarray, step_teacher: jnp.ndarray, use_step: jnp.ndarray,
+                  totals: Optional[Totals] = None) -> Dict[str, float]:
   """Share of samples on each route and the raw Δ mean/std over each route's tokens (before weights, normalisation
-  and clipping): `opid/route_{episode,step}` and `opid/delta_{episode,step}_{mean,std}`."""
+  and clipping): `opid/route_{episode,step}` and `opid/delta_{episode,step}_{mean,std}`; with `totals` (multi-host)
+  over every process's rows."""
   out = {}
   mask, old_logprobs = np.asarray(mask), np.asarray(old_logprobs)
-  n = max(mask.shape[0], 1)
   for name, teacher, used in (("episode", episode_teacher, use_episode), ("step", step_teacher, use_step)):
     used = np.asarray(used)
     valid = (mask > 0) & (used[:, None] > 0)
-    delta = (np.asarray(teacher) - old_logprobs)[valid]
-    out[f"opid/route_{name}"] = float(used.sum()) / n
-    out[f"opid/delta_{name}_mean"] = float(delta.mean()) if delta.size else 0.0
-    out[f"opid/delta_{name}_std"] = float(delta.std()) if delta.size else 0.0
+    delta = (np.asarray(teacher, np.float64) - old_logprobs)[valid]
+    rows, routed, n, summed, squares = (totals or (lambda xs: xs))(
+        [mask.shape[0], used.sum(), delta.size, delta.sum(), np.square(delta).sum()])
+    mean = summed / n if n else 0.0
+    out[f"opid/route_{name}"] = float(routed) / max(rows, 1)
+    out[f"opid/delta_{name}_mean"] = float(mean)
+    out[f"opid/delta_{name}_std"] = float(np.sqrt(max(squares / n - mean**2, 0.0))) if n else 0.0
   return out

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import jax
 import numpy as np
@@ -78,6 +78,17 @@ def share(n: int, what: str, even: bool = True) -> slice:
   return slice(me * n // procs, (me + 1) * n // procs)
 
 
+def local_size(n: int, field: str) -> int:
+  """This process's share of a global batch size (all of it on one host)."""
+  mine = share(n, field)
+  return mine.stop - mine.start
+
+
+def shape_agreement() -> Optional[Callable[[Sequence[int]], Tuple[int, ...]]]:
+  """`make_minibatches`' `agree`: `global_max` over processes; None (nothing to agree on) on one host."""
+  return global_max if jax.process_count() > 1 else None
+
+
 def allgather(obj: Any) -> List[Any]:
   """Every process's JSON-able `obj`, in process order ([obj] in a single-process run)."""
   if jax.process_count() == 1:
@@ -88,6 +99,23 @@ def allgather(obj: Any) -> List[Any]:
   padded[:data.size] = data
   every = np.asarray(multihost_utils.process_allgather(padded))
   return [json.loads(bytes(every[i, :sizes[i]])) for i in range(len(sizes))]
+
+
+def offset(n: int) -> int:
+  """Where this process's `n` items start in the run's whole list, the processes' lists laid end to end in process
+  order (0 in a single-process run): numbers an item keeps whichever process holds it (a sample's skill draw)."""
+  return int(sum(allgather(int(n))[:jax.process_index()]))
+
+
+def sum_over_processes(values: Dict[str, Sequence[float]]) -> Dict[str, np.ndarray]:
+  """{name: element-wise sum over processes of `values[name]`}; a name one process lacks counts as zeros there.
+  Metrics whose sums, counts and squares add up (a mean and std over every process's tokens) go through this."""
+  parts = allgather({k: [float(x) for x in np.ravel(v)] for k, v in values.items()})
+  out: Dict[str, np.ndarray] = {}
+  for part in parts:
+    for k, v in part.items():
+      out[k] = out[k] + np.asarray(v) if k in out else np.asarray(v, np.float64)
+  return out
 
 
 def global_max(values: Sequence[int]) -> Tuple[int, ...]:

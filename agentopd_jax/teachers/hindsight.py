@@ -28,6 +28,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from agentopd_jax.objectives.opid import opid_advantages, shift_metrics
+from agentopd_jax.parallel import distributed
 from agentopd_jax.rollout.chat import ChatFormat
 from agentopd_jax.rollout.types import Sample
 from agentopd_jax.scoring.teacher_signals import score_teacher
@@ -123,6 +124,11 @@ def episode_record(steps: Sequence[Sample], gamma: float) -> EpisodeRecord:
       success=bool(steps[-1].won), task=task_description(steps[0].prompt_text))
 
 
+def _totals(values: Sequence[float]) -> List[float]:
+  """`values` summed over processes (themselves in a single-process run)."""
+  return list(distributed.sum_over_processes({"v": [float(v) for v in values]})["v"])
+
+
 class LocalServer:
   """`python -m agentopd_jax.serve --model MODEL --port 0` in a subprocess; `url` once it listens."""
 
@@ -207,7 +213,10 @@ class HindsightTeacher:
                  mesh=None) -> Tuple[List[Any], Dict[str, float]]:
     """(per sample: A^OPID over its completion tokens, or the episode advantage alone when the skill term is off;
     metrics). `params` are the rollout-time params; `temperature` is the rollout's, as the behaviour log-probs are
-    of logits / T (verl scores the teacher's forward at the rollout temperature too)."""
+    of logits / T (verl scores the teacher's forward at the rollout temperature too).
+
+    Multi-host: every process calls it with its share of the batch (possibly none): `opid.normalize`'s statistics
+    and the metrics are over every process's rows."""
     if analysis is None:
       return list(episode_advantages), {}
     results, stats = analysis.result()
@@ -220,7 +229,7 @@ class HindsightTeacher:
       scored = score_teacher(self.model, params, seqs, temperature=temperature, pack_width=pack_width,
                              rows_per_call=rows_per_call, mesh=mesh)
       teacher[which] = dict(zip(picked, (sig.logprobs for sig in scored)))
-    width = max(len(s.completion_ids) for s in samples)
+    width = max((len(s.completion_ids) for s in samples), default=0)
     mask, old = np.zeros((len(samples), width), np.float32), np.zeros((len(samples), width), np.float32)
     lp = {w: np.zeros_like(old) for w in teacher}
     use = {w: np.zeros(len(samples), np.float32) for w in teacher}
@@ -232,14 +241,15 @@ class HindsightTeacher:
           lp[w][i, :n], use[w][i] = teacher[w][i], 1.0
     adv = np.asarray(opid_advantages(np.asarray(episode_advantages, np.float32), mask, old, lp["episode"],
                                      use["episode"], lp["step"], use["step"], cfg.w_episode, cfg.w_step,
-                                     cfg.normalize, cfg.clip or None))
+                                     cfg.normalize, cfg.clip or None, totals=_totals))
     analysed = sum(isinstance(r, Analysis) for r in results.values())
-    metrics = {"opid/analysed_fraction": analysed / max(stats.get("trajectories", 0), 1),
-               "opid/analysis_failures": float(len(results) - analysed),
-               "opid/parse_failures": float(stats.get("parse_failures", 0)),
-               "opid/api_failures": float(stats.get("api_failures", 0)),
-               "opid/analyzer_latency_s": float(stats["latency_s"])}
-    metrics.update(shift_metrics(mask, old, lp["episode"], use["episode"], lp["step"], use["step"]))
+    trajs, analysed, chosen, parse, api = _totals([stats.get("trajectories", 0), analysed, len(results),
+                                                   stats.get("parse_failures", 0), stats.get("api_failures", 0)])
+    metrics = {"opid/analysed_fraction": analysed / max(trajs, 1),
+               "opid/analysis_failures": float(chosen - analysed),
+               "opid/parse_failures": float(parse), "opid/api_failures": float(api),
+               "opid/analyzer_latency_s": float(max(distributed.allgather(float(stats["latency_s"]))))}
+    metrics.update(shift_metrics(mask, old, lp["episode"], use["episode"], lp["step"], use["step"], totals=_totals))
     return [adv[i, :len(s.completion_ids)] for i, s in enumerate(samples)], metrics
 
   def _augmented(self, s: Sample, episode_skill: Optional[str] = None, step_skill: Optional[str] = None) -> Sample:

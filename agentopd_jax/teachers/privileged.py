@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from agentopd_jax.parallel import distributed
 from agentopd_jax.rollout.batch import TeacherSignal
 from agentopd_jax.rollout.chat import raw_prefixed_ids, templated_text
 from agentopd_jax.rollout.engine import PromptContext
@@ -49,6 +50,10 @@ class SkillContext:
 
   `retrieve(task, templated, key)` -> (the privileged prefix, the skill names); the retriever, a registry string of
   `skills.retrieval`, reads the env's own query fields of `task` (its game file, data source) and the prompt.
+
+  Multi-host: each process retrieves for its own share, numbering samples and episodes over the whole batch (`first`,
+  `first_episode`), so a draw does not depend on which process makes it; `update` and `take_hits` gather every
+  process's feedback and counts, so every process holds the run's retriever state.
   """
 
   def __init__(self, env_name: str, bank_dir: str = "", retrieval: str = "km", seed: int = 0, ucb_c: float = 1.0):
@@ -60,11 +65,12 @@ class SkillContext:
     return privileged_prefix(got.text), tuple(got.skills)
 
   def privileged(self, samples: Sequence[Sample], task_of: Callable[[Sample], Any], key: int, tokenizer,
-                 max_prompt_tokens: int) -> Tuple[List[Sample], List[Tuple[str, ...]]]:
+                 max_prompt_tokens: int, first: int = 0) -> Tuple[List[Sample], List[Tuple[str, ...]]]:
     """The samples behind SDAR's privileged prompt (`chat.raw_prefixed_ids`: the retrieved skills as a raw prefix
-    of the chat-templated prompt, left-truncated), the same completions; and the skills each one read."""
+    of the chat-templated prompt, left-truncated), the same completions; and the skills each one read. `first`: the
+    index of samples[0] in the whole batch (multi-host)."""
     out, used = [], []
-    for i, s in enumerate(samples):
+    for i, s in enumerate(samples, first):
       text = templated_text(tokenizer, s.prompt_ids)
       prefix, names = self.retrieve(task_of(s), text, key * 1_000_003 + i)
       out.append(dataclasses.replace(s, prompt_ids=raw_prefixed_ids(tokenizer, prefix, text, max_prompt_tokens)))
@@ -72,26 +78,37 @@ class SkillContext:
     return out, used
 
   def take_hits(self) -> Dict[str, int]:
-    """{skill: retrievals that included it} since the previous call."""
-    now = dict(self.retriever.hits)
-    new = {name: n - self._taken.get(name, 0) for name, n in now.items() if n != self._taken.get(name, 0)}
-    self._taken = now
+    """{skill: retrievals that included it, in every process} since the previous call."""
+    mine = {name: n - self._taken.get(name, 0) for name, n in self.retriever.hits.items()
+            if n != self._taken.get(name, 0)}
+    new: Dict[str, int] = {}
+    for part in distributed.allgather(mine):
+      for name, n in part.items():
+        new[name] = new.get(name, 0) + n
+    self._taken = {name: self._taken.get(name, 0) + new.get(name, 0) for name in {**self._taken, **new}}
+    self.retriever.hits = dict(self._taken)
     return new
 
-  def update(self, episodes: Dict[int, Tuple[set, float]]) -> None:
-    """Bandit feedback (UCB): {episode: (the skills in any of its contexts, its success)}; each skill an episode
-    read is rewarded with the episode's success."""
-    order = sorted(episodes)
-    self.retriever.update([tuple(sorted(episodes[e][0])) for e in order], [episodes[e][1] for e in order])
+  def update(self, episodes: Dict[int, Tuple[set, float]], first_episode: int = 0) -> None:
+    """Bandit feedback (UCB): {episode: (the skills in any of its contexts, its success)}, episodes numbered from
+    `first_episode` of the whole batch; with every process's feedback, each skill an episode read is rewarded with
+    the episode's success, in episode order."""
+    every: Dict[int, Tuple[Tuple[str, ...], float]] = {}
+    for part in distributed.allgather([[first_episode + e, sorted(names), float(won)]
+                                       for e, (names, won) in episodes.items()]):
+      every.update({e: (tuple(names), won) for e, names, won in part})
+    order = sorted(every)
+    self.retriever.update([every[e][0] for e in order], [every[e][1] for e in order])
 
-  def prompt_context(self, tasks: Sequence[Any], key: int, placement: str = "user"
+  def prompt_context(self, tasks: Sequence[Any], key: int, placement: str = "user", first_episode: int = 0
                      ) -> Tuple[PromptContext, Dict[int, set]]:
     """The skills in the student's own prompts (Skill-GRPO, skill-prompted evaluation): a `PromptContext` for
-    `RolloutEngine.run` over `tasks` (one per env instance), and {episode: skills read}, filled as it plays."""
+    `RolloutEngine.run` over `tasks` (one per env instance, the first being episode `first_episode` of the whole
+    batch), and {episode (of `tasks`): skills read}, filled as it plays."""
     used: Dict[int, set] = {}
 
     def prefix(episode: int, templated: str) -> str:
-      text, names = self.retrieve(tasks[episode], templated, key * 1_000_003 + episode)
+      text, names = self.retrieve(tasks[episode], templated, key * 1_000_003 + first_episode + episode)
       used.setdefault(episode, set()).update(names)
       return text
     return PromptContext(prefix=prefix, placement=placement), used
@@ -118,21 +135,21 @@ class Teacher:
     self.skills = skills
     self._pool_params = pool_params
 
-  def teacher_samples(self, samples: Sequence[Sample], tasks: Sequence[Any], iteration: int
+  def teacher_samples(self, samples: Sequence[Sample], tasks: Sequence[Any], iteration: int, first: int = 0
                       ) -> Tuple[List[Sample], List[Tuple[str, ...]]]:
     """The teacher's sequences (the student's completions after the teacher's prompts) and the skills each used;
-    `tasks[s.group_id]` is sample s's task."""
+    `tasks[s.group_id]` is sample s's task, `first` the index of samples[0] in the whole batch (multi-host)."""
     if self.cfg.context == "plain":
       return list(samples), [() for _ in samples]
     return self.skills.privileged(samples, lambda s: tasks[s.group_id], iteration, self.tokenizer,
-                                  self.max_prompt_tokens)
+                                  self.max_prompt_tokens, first)
 
   def signals(self, params, samples: Sequence[Sample], tasks: Sequence[Any], iteration: int, *, top_k: int,
-              temperature: float, pack_width: int, rows_per_call: int, mesh=None
+              temperature: float, pack_width: int, rows_per_call: int, mesh=None, first: int = 0
               ) -> Tuple[List[TeacherSignal], List[Tuple[str, ...]]]:
     """(per-sample teacher signals, the skills each sample's teacher read). `params` are the rollout-time params,
     used when the source is "self"."""
-    seqs, used = self.teacher_samples(samples, tasks, iteration)
+    seqs, used = self.teacher_samples(samples, tasks, iteration, first)
     teacher_params = params if self.cfg.source == "self" else self._pool_params
     return score_teacher(self.model, teacher_params, seqs, top_k=top_k, temperature=temperature,
                          pack_width=pack_width, rows_per_call=rows_per_call, mesh=mesh), used
@@ -150,24 +167,24 @@ def episode_skills(samples: Sequence[Sample], used: Sequence[Tuple[str, ...]]) -
 def signal_metrics(samples: Sequence[Sample], signals: Sequence[TeacherSignal], gate_beta: float) -> Dict[str, float]:
   """What the paper plots (Fig. 2–5), from the batch-time scores: the teacher–student gap Δ = log π_T − log π_old on
   the sampled tokens (mean, std), and by turn index the gap, the sampled KL(π_old ‖ π_T) = mean(log π_old − log π_T)
-  and the gate σ(β·Δ) and its active share (Δ > 0)."""
-  gaps, by_turn = [], {}
+  and the gate σ(β·Δ) and its active share (Δ > 0). Over every process's samples (each process calls it)."""
+  sums: Dict[str, List[float]] = {}  # "all" and each turn: [tokens, Σ Δ, Σ Δ², Σ gate, tokens with Δ > 0]
   for s, sig in zip(samples, signals):
     mask = np.asarray(s.completion_mask, bool)
-    gap = (np.asarray(sig.logprobs) - np.asarray(s.behaviour_logprobs))[mask]
-    gaps.append(gap)
-    by_turn.setdefault(max(s.step_index, 0), []).append(gap)
-  if not gaps:
+    gap = (np.asarray(sig.logprobs, np.float64) - np.asarray(s.behaviour_logprobs, np.float64))[mask]
+    row = [gap.size, gap.sum(), np.square(gap).sum(), (1.0 / (1.0 + np.exp(-gate_beta * gap))).sum(), (gap > 0).sum()]
+    for name in ("all", str(max(s.step_index, 0))):
+      sums[name] = [a + float(b) for a, b in zip(sums.get(name, [0.0] * 5), row)]
+  total = distributed.sum_over_processes(sums)
+  if "all" not in total:
     return {}
-  every = np.concatenate(gaps)
-  metrics = {"teacher/gap_mean": float(every.mean()) if every.size else 0.0,
-             "teacher/gap_std": float(every.std()) if every.size else 0.0}
-  for turn, parts in sorted(by_turn.items()):
-    gap = np.concatenate(parts)
-    if not gap.size:
-      continue
-    gate = 1.0 / (1.0 + np.exp(-gate_beta * gap))
-    metrics.update({f"teacher/gap_turn{turn}": float(gap.mean()), f"teacher/kl_turn{turn}": float(-gap.mean()),
-                    f"teacher/gate_turn{turn}": float(gate.mean()),
-                    f"teacher/gate_active_turn{turn}": float((gap > 0).mean())})
+  n, s1, s2, _, _ = total.pop("all")
+  mean = s1 / n if n else 0.0
+  metrics = {"teacher/gap_mean": float(mean),
+             "teacher/gap_std": float(np.sqrt(max(s2 / n - mean**2, 0.0))) if n else 0.0}
+  for turn in sorted(total, key=int):
+    n, s1, _, gates, active = total[turn]
+    if n:
+      metrics.update({f"teacher/gap_turn{turn}": float(s1 / n), f"teacher/kl_turn{turn}": float(-s1 / n),
+                      f"teacher/gate_turn{turn}": float(gates / n), f"teacher/gate_active_turn{turn}": float(active / n)})
   return metrics

@@ -20,6 +20,10 @@ on the same tasks are the finer estimate methods.md §2.1 names, at the price of
 
 Resume: the scheduler's state and the resident teacher's step are saved in each checkpoint's record, so a killed run
 continues with the same teacher and the same weights; `<workdir>/scheduler_state.json` mirrors the latest state.
+
+Multi-host: as `Run` does for GRPO, each process plays its share of the tasks (and LAD's teacher rollouts of them,
+whose groups are its own) and of the validation panel; the scheduler sees the gathered outcomes, so every process
+picks the same teacher; process 0 writes the records.
 """
 from __future__ import annotations
 
@@ -35,7 +39,8 @@ import numpy as np
 
 from agentopd_jax.envs.vector import group_tasks
 from agentopd_jax.envs.verl_agent.metrics import episode_metrics
-from agentopd_jax.eval.validate import episode_record, validate
+from agentopd_jax.eval.validate import episode_record
+from agentopd_jax.parallel import distributed
 from agentopd_jax.objectives.distill import lad_mask, problem_success_rates
 from agentopd_jax.rollout.batch import round_up
 from agentopd_jax.sampling.sampler import SamplingParams
@@ -47,7 +52,7 @@ from agentopd_jax.teachers.resident import ResidentTeacher
 from agentopd_jax.training.checkpoints import CheckpointPool
 from agentopd_jax.training.logging import progress
 from agentopd_jax.training.train_step import init_state, make_minibatches
-from agentopd_jax.training.trainer import Run, sharded_abstract_params, validation_key, validation_sampling
+from agentopd_jax.training.trainer import Run, gather_episodes, sharded_abstract_params
 
 logger = logging.getLogger(__name__)
 LAD_CHOICES = ("group_rates", "off")
@@ -76,9 +81,6 @@ class OpdRun:
 
   def __init__(self, c):
     check_opd_config(c)
-    if jax.process_count() > 1:
-      raise ValueError(f"method={c.method!r}: Agentic-OPD runs in one process for now (its teacher swap and "
-                       f"coverage records are process-local); multi-host runs support method 'grpo'")
     self.c = c
     self.run = Run(c)
     o = c.opd
@@ -99,18 +101,19 @@ class OpdRun:
   def evaluate_checkpoint(self, step: int) -> Dict[str, Tuple[int, int]]:
     """Validation-panel outcomes of a teacher-run checkpoint saved without them (the pool needs every teacher's
     solved set). Played once with the run's validation settings and random numbers, then cached in
-    `<workdir>/teacher_outcomes/<step>.json`, so a resumed run reads the same sets instead of playing again."""
+    `<workdir>/teacher_outcomes/<step>.json`, so a resumed run reads the same sets instead of playing again (process
+    0's copy decides, for every process)."""
     cache = self.run.workdir / "teacher_outcomes" / f"{step}.json"
-    if not cache.exists():
-      c = self.c
-      with CheckpointPool(Path(c.opd.teacher_run) / "checkpoints", read_only=True) as pool:
+    (outcomes,) = distributed.allgather(json.loads(cache.read_text()) if cache.exists() else None)[:1]
+    if outcomes is None:
+      with CheckpointPool(Path(self.c.opd.teacher_run) / "checkpoints", read_only=True) as pool:
         params = pool.restore_params(step, self.abstract)
-      _, outcomes, _ = validate(self.run.val_engine, params, self.run.panel, c.validation.attempts,
-                                validation_key(c), validation_sampling(c))
-      atomic_write_json(cache, outcomes)
+      _, outcomes, _ = self.run.play_panel(params)
+      if self.run.primary:
+        atomic_write_json(cache, outcomes)
       logger.info("evaluated teacher step %d of %s on the validation panel (it had no outcomes)", step,
-                  c.opd.teacher_run)
-    return {problem: tuple(record) for problem, record in json.loads(cache.read_text()).items()}
+                  self.c.opd.teacher_run)
+    return {problem: tuple(record) for problem, record in outcomes.items()}
 
   def student_params(self):
     """The student's starting params: the chosen checkpoint of the GRPO run."""
@@ -125,7 +128,8 @@ class OpdRun:
     if self.teacher.step is not None and self.teacher.step != step:
       self.switches += 1
     self.teacher.load(step)
-    save_state(self.run.workdir / "scheduler_state.json", self.scheduler)
+    if self.run.primary:
+      save_state(self.run.workdir / "scheduler_state.json", self.scheduler)
     metrics = {"opd/teacher_step": float(step), "opd/teacher_switches": float(self.switches),
                "opd/weighted_marginal_gain": float(pick.priority[pick.index]),
                "opd/marginal_problems": float(pick.marginal[pick.index]),
@@ -141,12 +145,13 @@ class OpdRun:
     self.run.checkpoint(state, iteration, val, teacher_step=self.teacher.step, switches=self.switches,
                         scheduler=self.scheduler.state_dict())
 
-  def routing(self, samples, episodes, tasks, groups, key, sampling) -> np.ndarray:
+  def routing(self, samples, episodes, tasks, groups, key, sampling, first_episode: int) -> np.ndarray:
     """[N] 0/1 LAD routing of the student's step samples (all ones with `opd.lad="off"`)."""
     if self.c.opd.lad == "off":
       return np.ones(len(samples), np.float32)
-    played = self.run.train_engine.run(self.teacher.params, tasks, tasks, groups,
-                                       jax.random.fold_in(key, TEACHER_ROLLOUT_STREAM), sampling)
+    played = self.run.train_engine.run(distributed.to_local(self.teacher.params, self.run.local_mesh), tasks, tasks,
+                                       groups, jax.random.fold_in(key, TEACHER_ROLLOUT_STREAM), sampling,
+                                       first_episode=first_episode)
     num_groups = max(groups) + 1
 
     def rates(eps):
@@ -160,35 +165,42 @@ class OpdRun:
 
   def iteration(self, state, iteration: int):
     c, run, t0 = self.c, self.run, time.perf_counter()
-    tasks = run.iteration_tasks(iteration)
+    tasks = run.iteration_tasks(iteration)[run.task_share]
     envs, groups = group_tasks(tasks, c.grpo.group_size)
+    first_episode = run.task_share.start * c.grpo.group_size
     sampling = SamplingParams(temperature=c.rollout.temperature, top_p=c.rollout.top_p, top_k=c.rollout.top_k)
     key = jax.random.fold_in(run.key, iteration)
-    rollout = run.train_engine.run(state.params, envs, envs, groups, key, sampling)
+    rollout = run.train_engine.run(distributed.to_local(state.params, run.local_mesh), envs, envs, groups, key,
+                                   sampling, first_episode=first_episode)
     samples = rollout.samples
     t1 = time.perf_counter()
-    routed = self.routing(samples, rollout.episodes, envs, groups, key, sampling)
+    routed = self.routing(samples, rollout.episodes, envs, groups, key, sampling, first_episode)
     t2 = time.perf_counter()
     # GRPO advantages feed the optional task term (`loss.task_loss_coef`, `loss.lad_other="grpo"`).
     _, advantages = run.advantages(samples, len(tasks))
     # Exactly one optimizer step per iteration, as the authors' update: the mini-batch is the whole batch, whatever
     # its size and `grpo.mini_batch_size`, so every micro-batch's top-k support comes from the rollout-time params.
-    minibatches = make_minibatches(samples, advantages, round_up(len(samples), c.grpo.micro_batch_size),
-                                   c.grpo.micro_batch_size, c.pack_width, distill_weights=routed.tolist(),
-                                   mesh=run.mesh)
+    # Multi-host: each process brings its samples, padded to the largest share.
+    counts = distributed.allgather(len(samples))
+    micro = distributed.local_size(c.grpo.micro_batch_size, "grpo.micro_batch_size")
+    minibatches = make_minibatches(samples, advantages, round_up(max(counts), micro), micro, c.pack_width,
+                                   distill_weights=routed.tolist(), mesh=run.local_mesh,
+                                   agree=distributed.shape_agreement())
     updates = []
     for minibatch in minibatches:
       state, m = run.train_step(state, minibatch, self.teacher.params)
       updates.append({k: float(v) for k, v in m.items()})
     t3 = time.perf_counter()
-    played = [episode_record(ep) for ep in rollout.episodes if not ep.env_failed]
+    played, _ = gather_episodes([episode_record(ep) for ep in rollout.episodes if not ep.env_failed], {})
     metrics = {f"episode/{k}": v for k, v in episode_metrics(played).items()}
     metrics.update({f"actor/{k}": float(np.mean([u[k] for u in updates])) for k in updates[0]})
-    metrics.update({"opd/routed_samples": float(routed.sum()), "opd/routed_fraction": float(routed.mean()),
+    routed_samples, rows = np.sum(distributed.allgather(
+        [float(routed.sum()), sum(b.tokens.shape[0] * b.tokens.shape[1] for b in minibatches)]), axis=0)
+    metrics.update({"opd/routed_samples": float(routed_samples),
+                    "opd/routed_fraction": float(routed_samples / max(sum(counts), 1)),
                     "opd/teacher_step": float(self.teacher.step), "time/generate_s": rollout.stats["generate_s"],
                     "time/lad_s": t2 - t1, "time/update_s": t3 - t2, "time/iteration_s": t3 - t0,
-                    "batch/samples": len(samples), "batch/updates": len(minibatches),
-                    "batch/rows": sum(b.tokens.shape[0] * b.tokens.shape[1] for b in minibatches)})
+                    "batch/samples": sum(counts), "batch/updates": len(minibatches), "batch/rows": int(rows)})
     run.log.log(iteration, metrics, phase="train")
     return state
 

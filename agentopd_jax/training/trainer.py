@@ -180,10 +180,6 @@ class Run:
     self.objective = get_objective(self.loss_cfg.objective)
     self.skills, self.teacher = self._skills_and_teacher()
     self.hindsight = self._hindsight()
-    if jax.process_count() > 1 and (self.skills is not None or self.hindsight is not None):
-      raise ValueError(f"loss.objective={self.loss_cfg.objective!r} / grpo.advantage={c.grpo.advantage!r}: skill "
-                       f"retrieval and OPID's hindsight teacher run in one process only for now; multi-host runs "
-                       f"support GRPO and teachers without skills")
 
   def _skills_and_teacher(self):
     """The skill context (retrieval over the env's bank) and the teacher, each built only when the objective reads
@@ -236,7 +232,7 @@ class Run:
     """Imitation of expert demonstrations through the same train step: NLL on the replies, or on every token with
     `sft.train_on_prompt`."""
     c = self.c
-    demos = self.demonstrations()
+    demos = self.demonstrations()  # every process replays them all (a cheap, deterministic replay)
     if c.sft.lr_schedule not in ("cosine", "constant"):
       raise ValueError(f"sft.lr_schedule must be 'cosine' or 'constant', got {c.sft.lr_schedule!r}")
     decay = max(c.sft.steps - c.sft.warmup_steps, 0) if c.sft.lr_schedule == "cosine" else 0
@@ -248,11 +244,11 @@ class Run:
     rng = np.random.default_rng([base_seed(c), 7])
     size = min(c.sft.batch_size, len(demos))
     mine = distributed.share(size, "sft.batch_size")  # every process draws the same batch and trains on its share
-    micro = _local(c.sft.micro_batch_size, "sft.micro_batch_size")
+    micro = distributed.local_size(c.sft.micro_batch_size, "sft.micro_batch_size")
     for s in self.live.watch(progress(range(c.sft.steps), desc="sft")):
       picked = [demos[i] for i in rng.choice(len(demos), size, replace=False)][mine]
       (batch,) = make_minibatches(picked, [0.0] * len(picked), len(picked), micro, c.pack_width,
-                                  mesh=self.local_mesh, agree=_agree())
+                                  mesh=self.local_mesh, agree=distributed.shape_agreement())
       if c.sft.train_on_prompt:
         # Language modelling on the whole demonstration (env text included): a from-scratch model gets ~30x more
         # supervised tokens for the same compute (docs/results.md: valid replies 0 -> 66 % after 50 steps).
@@ -300,21 +296,26 @@ class Run:
                                       c.rollout.max_prompt_tokens)
     return demos + privileged
 
+  def play_panel(self, params, skills: bool = False):
+    """(episode records, per-problem outcomes, stats) of the validation panel, each process playing its share and
+    the records gathered; `skills`: with the retrieved skills in the student's prompts."""
+    c, share, attempts = self.c, self.panel_share, self.c.validation.attempts
+    problems = self.panel[share]
+    context = (self.skills.prompt_context([p for p in problems for _ in range(attempts)], VALIDATION_STREAM,
+                                          first_episode=share.start * attempts)[0] if skills else None)
+    records, outcomes, stats = validate(self.val_engine, distributed.to_local(params, self.local_mesh), problems,
+                                        attempts, validation_key(c), validation_sampling(c), context=context,
+                                        first_problem=share.start)
+    return (*gather_episodes(records, outcomes), stats)
+
   def validate(self, params, iteration: int) -> Dict:
     """The panel's metrics (`val/...`) and outcomes; when the student trains with skills in its prompt (Skill-GRPO)
     the panel is played a second time with them (`val_skills/...`), as the authors validate twice."""
-    c = self.c
-    records, outcomes, stats = validate(self.val_engine, distributed.to_local(params, self.local_mesh),
-                                        self.panel[self.panel_share], c.validation.attempts, validation_key(c),
-                                        validation_sampling(c), first_problem=self.panel_share.start)
-    records, outcomes = _gather_episodes(records, outcomes)
+    records, outcomes, stats = self.play_panel(params)
     metrics = {f"val/{k}": v for k, v in episode_metrics(records).items()}
     metrics["val/time_s"] = stats["env_s"] + stats["generate_s"]
     if self.objective.student_skills:
-      context, _ = self.skills.prompt_context([p for p in self.panel for _ in range(c.validation.attempts)],
-                                              VALIDATION_STREAM)
-      records, _, _ = validate(self.val_engine, params, self.panel, c.validation.attempts, validation_key(c),
-                               validation_sampling(c), context=context)
+      records, _, _ = self.play_panel(params, skills=True)
       metrics.update({f"val_skills/{k}": v for k, v in episode_metrics(records).items()})
       self.skills.take_hits()  # validation's retrievals are not the training batch's
     self.log.log(iteration, metrics, phase="val")
@@ -354,12 +355,13 @@ class Run:
     c, t0 = self.c, time.perf_counter()
     tasks = self.iteration_tasks(iteration)[self.task_share]
     envs, groups = group_tasks(tasks, c.grpo.group_size)
+    first_episode = self.task_share.start * c.grpo.group_size  # this process's first episode in the whole batch
     sampling = SamplingParams(temperature=c.rollout.temperature, top_p=c.rollout.top_p, top_k=c.rollout.top_k)
-    context, student_skills = (self.skills.prompt_context(envs, iteration) if self.objective.student_skills
-                               else (None, None))
+    context, student_skills = (self.skills.prompt_context(envs, iteration, first_episode=first_episode)
+                               if self.objective.student_skills else (None, None))
     params = distributed.to_local(state.params, self.local_mesh)  # the rollout-time policy, on this process
     rollout = self.train_engine.run(params, envs, envs, groups, jax.random.fold_in(self.key, iteration),
-                                    sampling, context=context, first_episode=self.task_share.start * c.grpo.group_size)
+                                    sampling, context=context, first_episode=first_episode)
     samples = rollout.samples
     t1 = time.perf_counter()
     # OPID: the analysis of this batch's trajectories runs on a worker thread while the advantages are computed.
@@ -375,39 +377,39 @@ class Run:
                                            pack_width=c.pack_width, rows_per_call=c.grpo.micro_batch_size,
                                            mesh=self.local_mesh)
       metrics.update(drift, **{"time/recompute_old_s": time.perf_counter() - t_old})
+    # Below, every process takes part whether or not it has samples left: the metrics and the retriever's feedback
+    # are gathered over processes.
     if analysis is not None:
       t_opid = time.perf_counter()
-      if trained:
-        advantages, opid_metrics = self.hindsight.advantages(params, trained, advantages, analysis,
-                                                             temperature=c.rollout.temperature,
-                                                             pack_width=c.pack_width,
-                                                             rows_per_call=c.grpo.micro_batch_size,
-                                                             mesh=self.local_mesh)
-        metrics.update(opid_metrics)
-      else:
-        analysis.result()
-      metrics["time/opid_s"] = time.perf_counter() - t_opid
-    signals = None if self.teacher is None else []
-    if self.teacher is not None and trained:
-      signals, used = self.teacher.signals(params, trained, tasks, iteration,
-                                           top_k=self.objective.teacher_top_k(self.loss_cfg),
-                                           temperature=c.rollout.temperature, pack_width=c.pack_width,
-                                           rows_per_call=c.grpo.micro_batch_size, mesh=self.local_mesh)
+      advantages, opid_metrics = self.hindsight.advantages(params, trained, advantages, analysis,
+                                                           temperature=c.rollout.temperature, pack_width=c.pack_width,
+                                                           rows_per_call=c.grpo.micro_batch_size, mesh=self.local_mesh)
+      metrics.update(opid_metrics, **{"time/opid_s": time.perf_counter() - t_opid})
+    signals = None
+    if self.teacher is not None:
+      first = distributed.offset(len(trained))
+      signals, used = (self.teacher.signals(params, trained, tasks, iteration,
+                                            top_k=self.objective.teacher_top_k(self.loss_cfg),
+                                            temperature=c.rollout.temperature, pack_width=c.pack_width,
+                                            rows_per_call=c.grpo.micro_batch_size, mesh=self.local_mesh, first=first)
+                       if trained else ([], []))
       metrics.update(signal_metrics(trained, signals, self.loss_cfg.gate_beta))
       metrics["time/teacher_s"] = time.perf_counter() - t1
       if self.skills is not None:
-        self.skills.update(episode_skills(trained, used))
+        self.skills.update(episode_skills(trained, used), first_episode)
     if student_skills is not None:
       won = {ep.traj_id: float(ep.won) for ep in rollout.episodes}
-      self.skills.update({e: (names, won[e]) for e, names in student_skills.items()})
+      self.skills.update({e: (names, won[e]) for e, names in student_skills.items()}, first_episode)
     if self.skills is not None:
       metrics.update({f"skills/hits/{name}": n for name, n in self.skills.take_hits().items()})
     # No informative group anywhere (filter_groups): the iteration makes no update, as DAPO skips an empty batch.
     # Multi-host: each process brings its share of every mini-batch (blank where it has no samples left).
     anywhere = sum(distributed.allgather(len(trained))) > 0
-    minibatches = (make_minibatches(trained, advantages, _local(c.grpo.mini_batch_size, "grpo.mini_batch_size"),
-                                    _local(c.grpo.micro_batch_size, "grpo.micro_batch_size"), c.pack_width,
-                                    mesh=self.local_mesh, teacher=signals, agree=_agree()) if anywhere else [])
+    minibatches = (make_minibatches(trained, advantages,
+                                    distributed.local_size(c.grpo.mini_batch_size, "grpo.mini_batch_size"),
+                                    distributed.local_size(c.grpo.micro_batch_size, "grpo.micro_batch_size"),
+                                    c.pack_width, mesh=self.local_mesh, teacher=signals,
+                                    agree=distributed.shape_agreement()) if anywhere else [])
     if self.objective.prepare is not None:
       minibatches = [self.objective.prepare(b, self.loss_cfg, iteration) for b in minibatches]
     t2 = time.perf_counter()
@@ -416,7 +418,7 @@ class Run:
       state, m = self.train_step(state, minibatch)
       updates.append({k: float(v) for k, v in m.items()})
     t3 = time.perf_counter()
-    played, _ = _gather_episodes([episode_record(ep) for ep in rollout.episodes if not ep.env_failed], {})
+    played, _ = gather_episodes([episode_record(ep) for ep in rollout.episodes if not ep.env_failed], {})
     metrics.update({f"episode/{k}": v for k, v in episode_metrics(played).items()})
     if updates:
       metrics.update({f"actor/{k}": v for k, v in _mean_metrics(updates).items()})
@@ -437,18 +439,7 @@ class Run:
     return state, metrics
 
 
-def _local(n: int, field: str) -> int:
-  """This process's share of a global batch size (all of it on one host)."""
-  mine = distributed.share(n, field)
-  return mine.stop - mine.start
-
-
-def _agree():
-  """`make_minibatches`' shape agreement over processes; None (nothing to agree) on one host."""
-  return distributed.global_max if jax.process_count() > 1 else None
-
-
-def _gather_episodes(records, outcomes):
+def gather_episodes(records, outcomes):
   """(every process's episode records in process order, the union of their per-problem outcomes)."""
   if jax.process_count() == 1:
     return records, outcomes
