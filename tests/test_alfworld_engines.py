@@ -1,15 +1,14 @@
 """Differential test: the fast engine must print what the real engine (TextWorld PddlEnv + alfworld wrappers) prints.
 
 On generated games of all six task types, all three splits, both text versions and every room layout the generator
-knows (game i is in layout i: the 120 games cover the 120 layouts once), both engines are
+knows (game i is in layout i; games past the last layout revisit them in the other text version), both engines are
 driven in lockstep by random admissible actions, the expert, and adversarial strings (inadmissible, miscased, empty,
 padded, the other version's put command); observation, admissible list, score, done and won must be equal after every
 step. In layouts where several receptacles share a spot, the episode opens with a shuffler that takes objects out of
 them, moves them among them and `look`s there (what `look` says depends on that history). Two games run into the
 50-step limit, and every episode that ends, won or out of steps, is played on for a few steps, which must repeat its
 last one. The real engine needs ~0.1 s a step, so games run in two processes and episodes are short;
-`ALFWORLD_DIFF_GAMES` changes the number of games (default 120; games past the last layout revisit them in the
-other text version).
+`ALFWORLD_DIFF_GAMES` changes the number of games (default 200).
 """
 import importlib.util
 import os
@@ -29,7 +28,7 @@ from agentopd_jax.envs.alfworld import generator, scenes, vocab  # noqa: E402
 from agentopd_jax.envs.alfworld.engine_fast import FastEngine  # noqa: E402
 from agentopd_jax.envs.alfworld.expert import Expert  # noqa: E402
 
-N_GAMES = int(os.environ.get("ALFWORLD_DIFF_GAMES", 120))
+N_GAMES = int(os.environ.get("ALFWORLD_DIFF_GAMES", 200))
 STEPS = 14  # per game, except the two games that run into the limit
 SHUFFLE_STEPS = 10  # first, in layouts with a shared spot
 LIMIT_GAMES = (0, 1)
