@@ -19,7 +19,6 @@ from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.rollout.batch import TeacherSignal
 from agentopd_jax.rollout.types import Sample
 from agentopd_jax.scoring.teacher_signals import recompute_behaviour
-from agentopd_jax.teachers import hindsight
 from agentopd_jax.teachers.privileged import SkillContext, signal_metrics
 from agentopd_jax.training.train_step import make_minibatches
 
@@ -194,7 +193,7 @@ def test_opid_shift_normalised_and_measured_over_two_shares_is_the_whole_batchs(
                           totals=totals))
 
   whole_adv, whole_metrics = opid(slice(0, 6))
-  shares = _as_two_processes(monkeypatch, lambda r: opid(slice(2 * r, 2 + 4 * r), hindsight._totals))
+  shares = _as_two_processes(monkeypatch, lambda r: opid(slice(2 * r, 2 + 4 * r), distributed.totals))
   np.testing.assert_allclose(np.concatenate([shares[0][0], shares[1][0]]), whole_adv, rtol=1e-5, atol=1e-6)
   for _, got in shares:
     for k in whole_metrics:

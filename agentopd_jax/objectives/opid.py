@@ -24,6 +24,11 @@ import numpy as np
 Totals = Callable[[Sequence[float]], Sequence[float]]
 
 
+def _whole_batch(values: Sequence[float]) -> Sequence[float]:
+  """The default `totals`: these rows are the whole batch."""
+  return values
+
+
 def skill_shift(teacher_logprobs: jnp.ndarray, old_logprobs: jnp.ndarray, mask: jnp.ndarray, routed: jnp.ndarray,
                 normalize: bool = False, clip: Optional[float] = None, epsilon: float = 1e-6,
                 totals: Optional[Totals] = None) -> jnp.ndarray:
@@ -43,7 +48,7 @@ def skill_shift(teacher_logprobs: jnp.ndarray, old_logprobs: jnp.ndarray, mask: 
   delta = jax.lax.stop_gradient(teacher_logprobs - old_logprobs).astype(jnp.float32)
   delta = jnp.where(valid, delta, 0.0)
   if normalize:
-    total = totals or (lambda xs: xs)
+    total = totals or _whole_batch
     n, summed = total([valid.sum(), delta.sum()])
     n = jnp.maximum(n, 1)
     mean = summed / n
@@ -84,7 +89,7 @@ def shift_metrics(mask: jnp.ndarray, old_logprobs: jnp.ndarray, episode_teacher:
     used = np.asarray(used)
     valid = (mask > 0) & (used[:, None] > 0)
     delta = (np.asarray(teacher, np.float64) - old_logprobs)[valid]
-    rows, routed, n, summed, squares = (totals or (lambda xs: xs))(
+    rows, routed, n, summed, squares = (totals or _whole_batch)(
         [mask.shape[0], used.sum(), delta.size, delta.sum(), np.square(delta).sum()])
     mean = summed / n if n else 0.0
     out[f"opid/route_{name}"] = float(routed) / max(rows, 1)

@@ -118,6 +118,11 @@ def sum_over_processes(values: Dict[str, Sequence[float]]) -> Dict[str, np.ndarr
   return out
 
 
+def totals(values: Sequence[float]) -> List[float]:
+  """`values` summed element-wise over processes (themselves in a single-process run)."""
+  return list(sum_over_processes({"v": values})["v"])
+
+
 def global_max(values: Sequence[int]) -> Tuple[int, ...]:
   """Element-wise maximum of `values` over processes: the shape every process's share of a batch is padded to."""
   return tuple(int(v) for v in np.max(np.asarray(allgather([int(v) for v in values])), axis=0))

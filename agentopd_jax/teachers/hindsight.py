@@ -124,11 +124,6 @@ def episode_record(steps: Sequence[Sample], gamma: float) -> EpisodeRecord:
       success=bool(steps[-1].won), task=task_description(steps[0].prompt_text))
 
 
-def _totals(values: Sequence[float]) -> List[float]:
-  """`values` summed over processes (themselves in a single-process run)."""
-  return list(distributed.sum_over_processes({"v": [float(v) for v in values]})["v"])
-
-
 class LocalServer:
   """`python -m agentopd_jax.serve --model MODEL --port 0` in a subprocess; `url` once it listens."""
 
@@ -241,15 +236,17 @@ class HindsightTeacher:
           lp[w][i, :n], use[w][i] = teacher[w][i], 1.0
     adv = np.asarray(opid_advantages(np.asarray(episode_advantages, np.float32), mask, old, lp["episode"],
                                      use["episode"], lp["step"], use["step"], cfg.w_episode, cfg.w_step,
-                                     cfg.normalize, cfg.clip or None, totals=_totals))
+                                     cfg.normalize, cfg.clip or None, totals=distributed.totals))
     analysed = sum(isinstance(r, Analysis) for r in results.values())
-    trajs, analysed, chosen, parse, api = _totals([stats.get("trajectories", 0), analysed, len(results),
-                                                   stats.get("parse_failures", 0), stats.get("api_failures", 0)])
+    trajs, analysed, chosen, parse, api = distributed.totals([
+        stats.get("trajectories", 0), analysed, len(results), stats.get("parse_failures", 0),
+        stats.get("api_failures", 0)])
     metrics = {"opid/analysed_fraction": analysed / max(trajs, 1),
                "opid/analysis_failures": float(chosen - analysed),
                "opid/parse_failures": float(parse), "opid/api_failures": float(api),
                "opid/analyzer_latency_s": float(max(distributed.allgather(float(stats["latency_s"]))))}
-    metrics.update(shift_metrics(mask, old, lp["episode"], use["episode"], lp["step"], use["step"], totals=_totals))
+    metrics.update(shift_metrics(mask, old, lp["episode"], use["episode"], lp["step"], use["step"],
+                                 totals=distributed.totals))
     return [adv[i, :len(s.completion_ids)] for i, s in enumerate(samples)], metrics
 
   def _augmented(self, s: Sample, episode_skill: Optional[str] = None, step_skill: Optional[str] = None) -> Sample:

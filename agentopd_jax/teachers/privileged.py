@@ -186,5 +186,6 @@ def signal_metrics(samples: Sequence[Sample], signals: Sequence[TeacherSignal], 
     n, s1, _, gates, active = total[turn]
     if n:
       metrics.update({f"teacher/gap_turn{turn}": float(s1 / n), f"teacher/kl_turn{turn}": float(-s1 / n),
-                      f"teacher/gate_turn{turn}": float(gates / n), f"teacher/gate_active_turn{turn}": float(active / n)})
+                      f"teacher/gate_turn{turn}": float(gates / n),
+                      f"teacher/gate_active_turn{turn}": float(active / n)})
   return metrics
