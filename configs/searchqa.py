@@ -4,7 +4,9 @@ Variants: cpu (default): tiny model + built-in tokenizer + the bundled encyclope
 BM25, SFT on the oracle searcher's episodes, then GRPO; qwen2p5_3b / qwen2p5_7b / qwen3_1p7b: the verl-agent setting
 (4 turns, history 4, invalid penalty 0.01, top-3 passages), weights from `--config.model.path`.
 A retrieval server (ours: `python -m agentopd_jax.envs.search.server`, or Search-R1's e5 one):
-`--config.env.search_url=http://127.0.0.1:8000/retrieve`. Search-R1's data files: `--config.env.train_file=...`.
+`--config.env.search_url=http://127.0.0.1:8000/retrieve`, and for a server started with --api_key, export the key as
+$AGENTOPD_SEARCH_API_KEY (no config field: a run's config is written into config.json and every checkpoint).
+Search-R1's data files: `--config.env.train_file=...`.
 """
 from agentopd_jax.training import defaults
 

@@ -1,11 +1,22 @@
-"""Test setup: 8 fake CPU devices so sharding is exercised without accelerators.
+"""Test setup: 8 fake CPU devices so sharding is exercised without accelerators, and one persistent compilation cache
+for the session.
 
-XLA reads the flag once, when the backend starts, so it must be set before anything imports jax.
+XLA reads the flag once, when the backend starts, so it must be set before anything imports jax. The cache (JAX's own
+`JAX_COMPILATION_CACHE_DIR`, inherited by the training subprocesses the tests start) lets a test, or a restarted run,
+load an executable an earlier one compiled for the same computation instead of compiling it again.
 """
+import atexit
 import os
+import shutil
+import tempfile
 
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="agentopd_jax_cache_")
+  atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 

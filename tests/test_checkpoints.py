@@ -1,4 +1,8 @@
 """CheckpointPool: listing, best/retention, per-checkpoint records, bitwise and sharded restore, reopen, atomicity."""
+import errno
+import glob
+import json
+import logging
 import os
 import shutil
 
@@ -14,7 +18,7 @@ from jax.sharding import PartitionSpec as P
 from agentopd_jax.models import transformer
 from agentopd_jax.models.config import preset
 from agentopd_jax.parallel import sharding
-from agentopd_jax.training.checkpoints import CheckpointPool
+from agentopd_jax.training.checkpoints import CheckpointPool, DamagedCheckpointError
 
 CONFIG = {"model": "tiny", "lr": 1e-6, "phase": "grpo"}
 
@@ -211,18 +215,86 @@ def test_unfinished_save_is_not_listed(pool):
   assert not os.path.exists(tmp)
 
 
-def test_failed_save_is_not_listed_and_can_be_retried(pool, monkeypatch):
+def test_disk_full_save_fails_clearly_and_leaves_the_earlier_steps(pool, monkeypatch):
   async def disk_full(self, *args, **kwargs):
-    raise OSError("disk full (simulated)")
+    raise OSError(errno.ENOSPC, "No space left on device")
 
   with monkeypatch.context() as m:
     m.setattr(ocp.PyTreeCheckpointHandler, "async_save", disk_full)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(OSError, match=r"step 40: the disk is full writing .*steps \[10, 20, 30\] are intact"):
       _save(pool, 40, 0.9)
-  assert any(".orbax-checkpoint-tmp" in n for n in os.listdir(pool.directory))  # the debris is there ...
-  assert pool.steps() == [10, 20, 30] and pool.best_step() == 20  # ... but neither listed nor ranked
+  assert not any(".orbax-checkpoint-tmp" in n for n in os.listdir(pool.directory))  # its debris is freed at once
+  assert pool.steps() == [10, 20, 30] and pool.best_step() == 20
   with pytest.raises(FileNotFoundError):
     pool.metadata(40)
-  _save(pool, 40, 0.9)
+  _assert_bitwise(pool.restore(30, _state(0)), _state(30))
+  _save(pool, 40, 0.9)  # space is back: the same step saves
   assert pool.steps() == [10, 20, 30, 40] and pool.best_step() == 40
   _assert_bitwise(pool.restore(40, _state(0)), _state(40))
+
+
+def _newest_file(pool, step, pattern):
+  return max(glob.glob(os.path.join(pool.directory, str(step), pattern), recursive=True), key=os.path.getsize)
+
+
+def _flip(path):
+  data = bytearray(open(path, "rb").read())
+  data[len(data) // 2] ^= 0xFF
+  open(path, "wb").write(bytes(data))
+
+
+def _truncate(path):
+  data = open(path, "rb").read()
+  open(path, "wb").write(data[:len(data) // 2])
+
+
+@pytest.mark.parametrize("damage, pattern", [
+    (_flip, "state/**/d/*"),          # a flipped byte in a tensor file: orbax alone restores a wrong number
+    (_truncate, "state/**/d/*"),      # a truncated tensor file
+    (_truncate, "state/manifest.ocdbt"),
+    (_truncate, "meta/metadata"),     # a half-written record
+    (os.remove, "state/_METADATA"),
+])
+def test_resume_skips_a_damaged_newest_step_and_keeps_it(pool, caplog, damage, pattern):
+  damage(_newest_file(pool, 30, pattern))
+  with caplog.at_level(logging.WARNING, "agentopd_jax.training.checkpoints"):
+    step, state = pool.restore_newest(_state(0))
+  assert step == 20
+  _assert_bitwise(state, _state(20))
+  assert "checkpoint step 30" in caplog.text and "resuming from an earlier step" in caplog.text
+  assert pool.steps() == [10, 20]
+  (moved,) = os.listdir(pool.directory + ".damaged")  # set aside, not deleted
+  assert moved.startswith("30-") and os.path.isdir(os.path.join(pool.directory + ".damaged", moved, "state"))
+  _save(pool, 30, 0.3)  # the resumed run writes step 30 afresh
+  assert pool.restore_newest(_state(0))[0] == 30
+
+
+def test_damage_without_a_checksum_is_found_by_restoring(pool, caplog):
+  """A run killed between orbax's rename and the checksum record (or a pool from before checksums) still resumes
+  from the newest step that restores; an unreadable checksums.json counts as none."""
+  with open(os.path.join(pool.directory, "checksums.json"), "w") as f:
+    f.write('{"10": "ab')  # a damaged file
+  _truncate(_newest_file(pool, 30, "state/manifest.ocdbt"))
+  with caplog.at_level(logging.WARNING, "agentopd_jax.training.checkpoints"):
+    assert pool.restore_newest(_state(0))[0] == 20
+  assert "checksums.json does not read" in caplog.text and "checkpoint step 30" in caplog.text
+  assert "DATA_LOSS" in caplog.text and "tensorstore_spec" not in caplog.text
+  _save(pool, 30, 0.3)
+  assert json.load(open(os.path.join(pool.directory, "checksums.json"))).keys() == {"30"}
+
+
+def test_a_different_target_is_the_callers_error_not_damage(pool):
+  wrong = _state(0)
+  wrong["params"]["w"] = jnp.zeros((4, 9))
+  with pytest.raises(ValueError, match=r"1 entries differ, e.g. 'params/w': saved \(4, 8\), asked for \(4, 9\)"):
+    pool.restore_newest(wrong)
+  assert pool.steps() == [10, 20, 30] and not os.path.exists(pool.directory + ".damaged")
+
+
+def test_a_read_only_pool_reports_damage_and_moves_nothing(pool):
+  _flip(_newest_file(pool, 30, "state/**/d/*"))
+  pool.close()
+  with CheckpointPool(pool.directory, read_only=True) as ro:
+    with pytest.raises(DamagedCheckpointError, match=r"step 30 .*\(sha256 differs"):
+      ro.restore_newest(_state(0))
+    assert ro.steps() == [10, 20, 30]

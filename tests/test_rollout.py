@@ -6,6 +6,8 @@ equal what the trainer's scorer computes for the same tokens; episode outcomes r
 """
 import functools
 import json
+import os
+import signal
 
 import jax
 import jax.numpy as jnp
@@ -277,3 +279,39 @@ def test_a_rollout_split_in_two_plays_as_one(setup, layout):
     return [(s.problem_id, s.prompt_ids, s.completion_ids) for s in out.samples]
 
   assert play(tasks, 0) == play(tasks[:2], 0) + play(tasks[2:], 2)
+
+
+@pytest.mark.parametrize("fault", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "hung"])  # hung: step timeout
+def test_a_worker_lost_mid_rollout_fails_its_episodes_and_changes_nothing_else(setup, fault):
+  """The worker hosting half the episodes is killed (or stopped, and so times out) before the second env step: the
+  rollout finishes, those episodes are failed and leave no samples, and every other episode's samples equal the
+  unfaulted rollout's token for token."""
+  games, tokenizer, config, params, sampler = setup
+  tasks, groups = group_tasks(games[:2], 2)
+  cfg = RolloutConfig(layout="step", max_steps=3, max_response_tokens=8, max_total_tokens=3072)
+
+  def play(faulty):
+    with VectorEnv(functools.partial(AlfworldEnv, "fast"), num_workers=2, num_envs=len(tasks),
+                   step_timeout_s=3.0) as venv:
+      lost = [i for i in range(len(tasks)) if venv.worker_pid(i) == venv.worker_pid(0)]
+      step, steps = venv.step, []
+
+      def step_with_fault(actions):
+        steps.append(1)
+        if faulty and len(steps) == 2:
+          os.kill(venv.worker_pid(0), fault)
+        return step(actions)
+
+      venv.step = step_with_fault
+      out = RolloutEngine(sampler, tokenizer, venv, AlfworldText, cfg).run(
+          params, tasks, tasks, groups, jax.random.key(5), SamplingParams(temperature=1.0))
+    return out, lost
+
+  (clean, _), (faulted, lost) = play(False), play(True)
+  assert 0 < len(lost) < len(tasks)
+  assert [e.traj_id for e in faulted.episodes if e.env_failed] == lost
+  assert all("worker" in e.error for e in faulted.episodes if e.env_failed)
+  kept = lambda out: [(s.traj_id, s.prompt_ids, s.completion_ids, s.behaviour_logprobs) for s in out.samples
+                      if s.traj_id not in lost]
+  assert kept(faulted) == kept(clean) and kept(clean)
+  assert {s.traj_id for s in faulted.samples}.isdisjoint(lost)

@@ -1,12 +1,17 @@
-"""SearchEnv episode rules in both formats, the vector env over HTTP, and the oracle through the real server."""
+"""SearchEnv episode rules in both formats, the vector env over HTTP, the oracle through the real server, and a
+retrieval server that is unreachable or killed mid-run."""
+import contextlib
 import functools
 import json
 import random
 
 import pytest
 
+from agentopd_jax.envs.hindsight import replay
 from agentopd_jax.envs.search import formats
+from agentopd_jax.envs.search.client import RetrievalError
 from agentopd_jax.envs.search.env import SearchEnv
+from agentopd_jax.envs.search.hindsight import SearchReplay
 from agentopd_jax.envs.search.oracle import Oracle, play
 from agentopd_jax.envs.search.questions import bundled_tasks
 from agentopd_jax.envs.search.retriever import BM25Retriever
@@ -17,6 +22,7 @@ from agentopd_jax.envs.vector import VectorEnv
 from agentopd_jax.envs.verl_agent.metrics import EpisodeRecord, episode_metrics
 
 TASK = SearchTask("When was Foia Haesson born?", ("1964",), "nq", "t-0")
+DEAD = "http://127.0.0.1:9/retrieve"  # the discard port: nothing listens, connections are refused
 
 
 @pytest.fixture(scope="module")
@@ -78,12 +84,22 @@ def test_subem_at_the_turn_limit_judges_the_last_answer_in_the_history():
   assert env.step("<search>x</search>")[3]["subem"] == 0.0  # no answer at all
 
 
-def test_verl_agent_search_error_becomes_an_observation():
-  env = SearchEnv(search_url="http://127.0.0.1:9/retrieve", retries=0, timeout_s=1.0)
+@pytest.mark.parametrize("obs_format", ["verl-agent", "search-r1"])
+def test_unreachable_retriever_fails_the_episode_in_process(obs_format, test_tasks):
+  """Retries spent: the step ends the episode as a failed one (what VectorEnv reports for an env that raised), not an
+  exception; an episode without a search still plays, the oracle's demonstration ends unwon, OPID's replay raises."""
+  env = SearchEnv(search_url=DEAD, retries=0, timeout_s=1.0, obs_format=obs_format)
   env.reset(TASK)
-  obs, _, done, _ = env.step("<search>x</search>")
-  assert obs.startswith('<information>{"result": "Search error: retrieval request to http://127.0.0.1:9/retrieve')
-  assert not done
+  obs, score, done, infos = env.step("<search>Foia Haesson</search>")
+  assert (obs, score, done, infos["won"], infos["env_failed"], infos["tool_calls"]) == ("", 0.0, True, False, True, 1)
+  assert f"retrieval request to {DEAD} failed after 1 attempts" in infos["error"]
+  env.reset(TASK)
+  assert env.step("<answer>1964</answer>")[1:3] == (1.0, True)
+  actions, score, infos = play(env, test_tasks[0])
+  assert (len(actions), score, infos["env_failed"]) == (1, 0.0, True)
+  with pytest.raises(RetrievalError, match=DEAD):
+    env.reset(test_tasks[0])
+    replay(SearchReplay(env, env.task, []), actions)
 
 
 def test_search_r1_rules(url):
@@ -162,3 +178,23 @@ def test_vector_env_over_http(url, test_tasks):
     for _ in range(4):
       obs, scores, dones, infos = venv.step([None if d else o.act(ob) for o, ob, d in zip(oracles, obs, dones)])
     assert all(dones) and scores == [1.0] * len(tasks) and all(i["won"] for i in infos)
+
+
+def test_retriever_killed_mid_run_fails_only_the_searching_episodes():
+  """The server process dies between two steps of a VectorEnv run: the episodes that search then end as failed
+  episodes, reported by the env (the workers live on), the one that answers is scored, and the next episodes play."""
+  with contextlib.ExitStack() as server:
+    url = server.enter_context(serve(mode="process"))
+    with VectorEnv(functools.partial(SearchEnv, search_url=url, retries=1, timeout_s=2.0), 2, 3) as venv:
+      pids = [venv.worker_pid(i) for i in range(3)]
+      venv.reset([TASK] * 3)
+      obs, _, dones, _ = venv.step(["<search>Foia Haesson born</search>"] * 3)
+      assert not any(dones) and all("(born 1964)" in o for o in obs)
+      server.close()  # terminates the server process
+      obs, scores, dones, infos = venv.step(["<search>Sisary</search>", "<answer>1964</answer>", "<search>x</search>"])
+      assert dones == [True] * 3 and scores == [0.0, 1.0, 0.0] and [i["won"] for i in infos] == [False, True, False]
+      assert [i.get("env_failed", False) for i in infos] == [True, False, True]
+      assert all(f"{url} failed after 2 attempts" in infos[i]["error"] for i in (0, 2))
+      obs, _ = venv.reset([TASK] * 3)
+      assert obs == [TASK.question] * 3 and venv.step(["<answer>1964</answer>"] * 3)[1] == [1.0] * 3
+      assert [venv.worker_pid(i) for i in range(3)] == pids

@@ -1,6 +1,8 @@
-"""Retrieval server and client: both request shapes, topk and scores, 4xx errors, fuzzing, load, launch, retries."""
+"""Retrieval server and client: both request shapes, topk and scores, 4xx errors, fuzzing, load, launch, retries,
+loopback binding, the API key, body and batch limits, and a server restarted under a client."""
 import concurrent.futures
 import http.client
+import inspect
 import json
 import socket
 import threading
@@ -14,10 +16,11 @@ from hypothesis import strategies as st
 
 from agentopd_jax.envs.search.client import RetrievalClient, RetrievalError, health
 from agentopd_jax.envs.search.retriever import BM25Retriever
-from agentopd_jax.envs.search.server import serve
+from agentopd_jax.envs.search.server import RetrievalHTTPServer, _parser, serve
 from agentopd_jax.envs.search.world import generate_world, passage_title
 
 SUBJECT = "Foia Haesson"  # a film director of world seed 0
+KEY = "s3cret-key"
 
 
 @pytest.fixture(scope="module")
@@ -31,12 +34,15 @@ def url(retriever):
     yield u
 
 
-def post(url, payload, raw: bytes = None, path: str = None, method: str = "POST", headers=None):
+def post(url, payload, raw: bytes = None, path: str = None, method: str = "POST", headers=None, key: str = None):
   """(status, parsed JSON body) over a fresh connection."""
   parts = urllib.parse.urlsplit(url)
   conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
   body = raw if raw is not None else json.dumps(payload).encode()
-  conn.request(method, path or parts.path, body=body, headers=headers or {"Content-Type": "application/json"})
+  headers = headers or {"Content-Type": "application/json"}
+  if key is not None:
+    headers = {**headers, "Authorization": f"Bearer {key}"}
+  conn.request(method, path or parts.path, body=body, headers=headers)
   response = conn.getresponse()
   data = response.read()
   conn.close()
@@ -120,6 +126,74 @@ def test_keep_alive_connection_survives_errors(url):
     assert sock.recv(100).startswith(b"HTTP/1.1 400 ")
 
 
+def raw_exchange(url, head: bytes) -> bytes:
+  """Sends a request head (no body) on a raw socket; everything the server sends until it closes."""
+  parts = urllib.parse.urlsplit(url)
+  with socket.create_connection((parts.hostname, parts.port), timeout=5) as sock:
+    sock.sendall(head)
+    reply = b""
+    while chunk := sock.recv(65536):
+      reply += chunk
+  return reply
+
+
+def test_binds_loopback_by_default(url):
+  assert urllib.parse.urlsplit(url).hostname == "127.0.0.1"
+  assert _parser().parse_args([]).host == "127.0.0.1"
+  for fn in (serve, RetrievalHTTPServer):
+    assert inspect.signature(fn).parameters["host"].default == "127.0.0.1"
+
+
+@pytest.fixture(scope="module")
+def guarded(retriever):
+  """A server with an API key, a 4 KiB body limit and at most 3 queries per request."""
+  server = RetrievalHTTPServer(retriever, api_key=KEY, max_body_bytes=4096, max_queries=3)
+  thread = threading.Thread(target=server.serve_forever, daemon=True)
+  thread.start()
+  yield server.url
+  server.shutdown()
+  server.server_close()
+  thread.join(5.0)
+
+
+def test_api_key_is_required_when_set(guarded, retriever):
+  query = {"queries": [f"{SUBJECT} born"], "topk": 3, "return_scores": True}
+  for headers in (None, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {KEY}"},
+                  {"Authorization": KEY}):
+    status, body = post(guarded, query, headers=headers)
+    assert status == 401 and "API key" in body["detail"], headers
+  assert post(guarded, query, key=KEY) == (200, {"result": retriever.retrieve(query["queries"], 3, True)})
+  assert post(guarded, query, headers={"Authorization": f"bearer  {KEY} "})[0] == 200  # the scheme in any case
+  assert health(guarded)["status"] == "ok"  # readiness probes need no key
+  assert RetrievalClient(guarded, api_key=KEY).retrieve(query["queries"]) == retriever.retrieve(query["queries"], 3,
+                                                                                                True)
+  with pytest.raises(RetrievalError, match="HTTP 401.*API key"):
+    RetrievalClient(guarded, retries=3, backoff_s=10.0).retrieve(["q"])  # a 4xx is not retried: no 30 s wait
+  parts = urllib.parse.urlsplit(guarded)
+  conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)  # a 401 keeps the connection usable
+  for key, status in ((None, 401), (KEY, 200)):
+    conn.request("POST", parts.path, body=json.dumps(query), headers={"Authorization": f"Bearer {key}"} if key else {})
+    response = conn.getresponse()
+    assert (response.status, response.getheader("WWW-Authenticate")) == (status, "Bearer" if key is None else None)
+    response.read()
+  conn.close()
+
+
+def test_body_and_batch_limits(guarded):
+  status, body = post(guarded, {"queries": ["a", "b", "c", "d"]}, key=KEY)
+  assert status == 422 and "'queries' holds 4" in body["detail"] and "--max_queries" in body["detail"]
+  assert post(guarded, {"queries": ["a", "b", "c"]}, key=KEY)[0] == 200
+  head = "POST /retrieve HTTP/1.1\r\nHost: x\r\n{}\r\n\r\n"
+  for header, status, needle in [("Content-Length: 100000000", 413, "--max_body_bytes"),  # refused unread
+                                 ("X-No-Length: 1", 411, "Content-Length"),
+                                 ("Content-Length: 5_0", 400, "Content-Length"),
+                                 ("Transfer-Encoding: chunked", 411, "chunked")]:
+    reply = raw_exchange(guarded, head.format(header).encode())  # returns: the server closed the connection
+    assert reply.startswith(f"HTTP/1.1 {status} ".encode()), reply
+    assert needle in json.loads(reply.split(b"\r\n\r\n", 1)[1])["detail"]
+  assert post(guarded, None, raw=b"{not json", key=KEY)[0] == 400
+
+
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
                     max_leaves=12)
@@ -170,6 +244,27 @@ def test_load_1000_requests_from_a_thread_pool(url, retriever):
   elapsed = time.perf_counter() - start
   assert all(hits == expected[q] for q, hits in results)
   assert elapsed < 30, f"1000 requests took {elapsed:.1f} s"
+
+
+def test_client_survives_a_server_restart_on_the_same_port():
+  """The server process is killed and restarted between calls: a kept-alive connection is reopened at once (even
+  with no retries), and a call made while it is down retries with back-off until it is back. Both servers take their
+  key from the environment, as a user would start them."""
+  query = [f"{SUBJECT} born"]
+  with concurrent.futures.ThreadPoolExecutor(1) as pool:  # `patient` keeps its connection in this one thread
+    with serve(mode="process", api_key=KEY) as u:
+      steady = RetrievalClient(u, retries=0, api_key=KEY)
+      patient = RetrievalClient(u, retries=40, backoff_s=0.05, max_backoff_s=0.5, api_key=KEY)
+      first = steady.retrieve(query)
+      assert pool.submit(patient.retrieve, query).result() == first
+      assert post(u, {"queries": query})[0] == 401
+    pending = pool.submit(patient.retrieve, query)  # the server is gone: refused, backing off
+    time.sleep(0.3)
+    assert not pending.done()
+    with serve(mode="process", port=urllib.parse.urlsplit(u).port, api_key=KEY) as again:
+      assert again == u
+      assert steady.retrieve(query) == first
+      assert pending.result(timeout=60) == first
 
 
 def test_subprocess_server_started_by_one_command():

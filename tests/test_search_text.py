@@ -125,7 +125,6 @@ def test_verl_agent_observation_bytes():
                  '\\u2013 ...)\\nDoc 2: \\"Paris\\"\\nParis Paris is the capital of France.\\n"}</information>')
   assert json.loads(formats.verl_agent_result([[HIT], [HIT2]]))["result"].count("\n---\n") == 1
   assert formats.verl_agent_result([]) == '{"result": "No search results found."}'
-  assert formats.verl_agent_error("boom") == '{"result": "Search error: boom"}'
 
 
 def test_read_documents_both_formats():

@@ -1,6 +1,7 @@
 """The OpenAI-compatible chat server: wire format, greedy parity with the sampler, batching, errors, run checkpoints,
-and the CLI driven by the official `openai` client."""
+loopback binding, the API key and request limits, and the CLI driven by the official `openai` client."""
 import concurrent.futures
+import inspect
 import json
 import os
 import re
@@ -20,12 +21,14 @@ from agentopd_jax.models.tokenizer import apply_chat_template, build_tokenizer
 from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.sampling.sampler import Sampler, SamplingParams
 from agentopd_jax.serve import Server, load_served_model
+from agentopd_jax.serve.__main__ import _parser
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAME = "tiny-qwen2"
 CORPUS = ["You are in the middle of a room.", "go to drawer 1", "Nothing happens.", "What should I do next?"] * 20
 # Whole-word tokens fill the tokenizer up to the model's 512 ids, so the random model's replies decode to text.
 WORDS = [f"word{i}" for i in range(200)]
+KEY = "s3cret-key"
 
 
 @pytest.fixture(scope="module")
@@ -46,11 +49,11 @@ def served(folder):
   server.stop()
 
 
-def _call(port, path, body=None, method=None):
+def _call(port, path, body=None, method=None, key=None):
   """(status, JSON) of one request; `body` is JSON-encoded unless it is bytes."""
   data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
-  req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method,
-                               headers={"Content-Type": "application/json"})
+  headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+  req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method, headers=headers)
   try:
     with urllib.request.urlopen(req, timeout=120) as r:
       return r.status, json.loads(r.read())
@@ -165,6 +168,47 @@ def test_bad_paths_and_bodies(served):
   assert _call(port, "/v1/models/other")[0] == 404
 
 
+def test_binds_loopback_by_default(served):
+  assert served[0]._httpd.server_address[0] == "127.0.0.1"
+  assert _parser().parse_args(["--model", "m"]).host == "127.0.0.1"
+  assert inspect.signature(Server).parameters["host"].default == "127.0.0.1"
+
+
+def _raw(port, head: bytes) -> bytes:
+  """Sends a request head (no body) on a raw socket; everything the server sends until it closes."""
+  with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+    sock.sendall(head)
+    reply = b""
+    while chunk := sock.recv(65536):
+      reply += chunk
+  return reply
+
+
+def test_api_key_and_request_limits(served):
+  """A second server over the same model with a key, a 2 KiB body limit and at most 2 messages; nothing generates."""
+  server = Server(served[0].model, NAME, port=0, max_new_tokens=16, api_key=KEY, max_body_bytes=2048, max_messages=2)
+  port = server.start()
+  try:
+    for key in (None, "wrong"):
+      status, body = _call(port, "/v1/models", key=key)
+      assert status == 401 and body["error"]["code"] == "invalid_api_key" and "API key" in body["error"]["message"]
+    assert _call(port, "/v1/chat/completions", {"model": NAME, "messages": _user("hi")})[0] == 401
+    assert _call(port, "/v1/models", key=KEY)[0] == 200 and _call(port, "/health") == (200, {"status": "ok"})
+    status, body = _call(port, "/v1/chat/completions", {"model": NAME, "messages": _user("hi") * 3}, key=KEY)
+    assert status == 400 and body["error"]["param"] == "messages" and "--max_messages" in body["error"]["message"]
+    assert _call(port, "/v1/chat/completions", b"{not json", key=KEY)[0] == 400
+    head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n{}\r\n\r\n"
+    for header, status, code in [("Content-Length: 100000000", 413, "body_too_large"),  # refused unread
+                                 ("X-No-Length: 1", 411, "length_required"),
+                                 ("Content-Length: -1", 400, "invalid_content_length")]:
+      reply = _raw(port, head.format(KEY, header).encode())  # returns: the server closed the connection
+      assert reply.startswith(f"HTTP/1.1 {status} ".encode()), reply
+      error = json.loads(reply.split(b"\r\n\r\n", 1)[1])["error"]
+      assert set(error) == {"message", "type", "param", "code"} and error["code"] == code
+  finally:
+    server.stop()
+
+
 def test_run_checkpoint_is_served_with_the_run_tokenizer(folder, tmp_path):
   """A run folder (config.json + checkpoints/) loads the named step's params (default: the latest)."""
   from agentopd_jax.training.checkpoints import CheckpointPool
@@ -210,24 +254,28 @@ def _free_port():
 
 
 def test_cli_answers_the_openai_client(folder, served):
+  """The key comes from $AGENTOPD_API_KEY, as the CLI documents; the client sends it as its api_key."""
   import openai  # in the test extra (setup.py ANALYZER): CI must run this test, never skip it
   port = _free_port()
   proc = subprocess.Popen([sys.executable, "-m", "agentopd_jax.serve", "--model", folder, "--port", str(port),
                            "--served_name", NAME, "--max_new_tokens", "16", "--max_batch", "4"],
-                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env={**os.environ, "AGENTOPD_API_KEY": KEY})
   try:
     deadline = time.monotonic() + 120
     while True:
       if proc.poll() is not None:
         pytest.fail(f"the server exited with {proc.returncode}:\n{proc.stdout.read()}")
       try:
-        if _call(port, "/v1/models")[0] == 200:
+        if _call(port, "/health")[0] == 200:
           break
       except (urllib.error.URLError, ConnectionError):
         pass
       assert time.monotonic() < deadline, "the server did not come up in 120 s"
       time.sleep(0.5)
-    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0)
+    with pytest.raises(openai.AuthenticationError, match="API key"):
+      openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0).models.list()
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0)
     assert [m.id for m in client.models.list()] == [NAME]
     messages = _user("What should I do next?")
     reply = client.chat.completions.create(model=NAME, messages=messages, max_tokens=7, temperature=0)

@@ -1,10 +1,12 @@
 """The whole job on a few generated games: SFT warm start -> GRPO -> validation checkpoints, and resume.
 
-The resume test kills a real training process (SIGKILL, no clean-up) after its first GRPO checkpoint, restarts
-the same command, and checks the parameters at the final step equal an uninterrupted run's to 1e-6.
+The kill-anywhere tests SIGKILL a real training process (no clean-up) at fail points in SFT, a rollout, an update,
+a validation and a checkpoint write (`agentopd_jax.faults`), rerun the same command after each, and check the
+finished run equals an uninterrupted one bit for bit: parameters, checkpoint records and logged metrics.
 """
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -108,34 +110,61 @@ def test_a_run_without_a_terminal_logs_one_line_per_iteration_and_validation(uni
   assert re.search(r"sft 1: loss [0-9.]+", out)
 
 
-def _kill_after_first_checkpoint(proc, workdir):
-  """SIGKILLs a training process (and its env workers) once its step-1 checkpoint exists, mid-iteration 2."""
-  first = os.path.join(workdir, "checkpoints", "1")
-  deadline = time.time() + 900
-  while not os.path.isdir(first) and proc.poll() is None and time.time() < deadline:
-    time.sleep(0.2)
-  assert proc.poll() is None, "the run ended before it could be killed mid-way"
-  os.killpg(proc.pid, signal.SIGKILL)
-  proc.wait()
-  with CheckpointPool(os.path.join(workdir, "checkpoints"), read_only=True) as pool:
-    assert 1 <= pool.latest_step() < ITERATIONS
+def _kill_anywhere(start, kills, before_last=lambda: None):
+  """Runs the training command `start(**popen)` once per fail point in `kills` (`agentopd_jax.faults`: SIGKILL of
+  the process and its env workers on the n-th pass through that point), each run resuming what the last one left,
+  then (after `before_last()`) once more to the end; returns the last run's output. Each killed run must have died
+  by that kill."""
+  # Each restart loads the jitted steps from the session's compilation cache (conftest.py) instead of compiling them.
+  for spec in kills:
+    proc = start(env=dict(os.environ, AGENTOPD_KILL_AT=spec), start_new_session=True)
+    out, _ = proc.communicate(timeout=900)
+    assert proc.returncode == -signal.SIGKILL, f"{spec}: the run ended with {proc.returncode}\n{out[-3000:]}"
+  before_last()
+  return _finish(start())
 
 
-def _assert_same_params(workdir_a, workdir_b, step):
-  for a, b in zip(jax.tree.leaves(_params(workdir_a, step)), jax.tree.leaves(_params(workdir_b, step))):
-    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-6)
+def _kills(seed, sft):
+  """The kill plan, n's drawn at random (seeded): with rollout.max_steps=3 every rollout takes 3 turns, and a
+  resumed run plays iteration 1's rollout (turns 1-3) and then its validation (turns 4-6). `sft`: the run starts
+  with an SFT warm start (GRPO) and validation 0 (turns 1-3), before iteration 1's rollout (turns 4-6)."""
+  rng = random.Random(seed)
+  plan = ["sft/step:1"] if sft else []
+  return plan + [f"rollout/turn:{rng.randint(4, 6)}",        # fresh run: step 0 saved, killed in iteration 1's rollout
+                 f"train/update:{rng.randint(1, 2)}",         # resumed from 0: killed between updates
+                 f"rollout/turn:{rng.randint(4, 6)}",         # resumed from 0: killed in validation 1
+                 "checkpoint/write:1"]                        # resumed from 0: killed writing step 1
 
 
-def test_killed_run_resumes_to_identical_parameters(tmp_path, games_root, uninterrupted):
+def _assert_same_run(workdir_a, workdir_b):
+  """Equal final parameters (bitwise), checkpoint records (metrics, outcomes, extra) and logged metrics (timings
+  aside) of two runs."""
+  with CheckpointPool(os.path.join(workdir_a, "checkpoints"), read_only=True) as a, \
+       CheckpointPool(os.path.join(workdir_b, "checkpoints"), read_only=True) as b:
+    assert a.steps() == b.steps() == list(range(ITERATIONS + 1))
+    for step in a.steps():
+      ma, mb = a.metadata(step), b.metadata(step)
+      assert (ma["outcomes"], ma["extra"]) == (mb["outcomes"], mb["extra"]), step
+      assert _untimed(ma["metrics"]) == _untimed(mb["metrics"]), step
+  for x, y in zip(jax.tree.leaves(_params(workdir_a, ITERATIONS)), jax.tree.leaves(_params(workdir_b, ITERATIONS))):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+  logs_a, logs_b = (read_metrics(os.path.join(w, "logs")) for w in (workdir_a, workdir_b))
+  assert [(r["phase"], r["step"]) for r in logs_a] == [(r["phase"], r["step"]) for r in logs_b]  # none lost or twice
+  assert [_untimed(r) for r in logs_a] == [_untimed(r) for r in logs_b]
+
+
+def _untimed(record):
+  return {k: v for k, v in record.items() if not (k.startswith("time") or k.endswith("_s"))}  # timings differ
+
+
+def test_run_killed_anywhere_resumes_to_the_uninterrupted_run(tmp_path, games_root, uninterrupted):
+  """SIGKILL in SFT, in a rollout, between updates, in validation and in the middle of a checkpoint write, each
+  followed by the same command: the final run equals the uninterrupted one, bit for bit."""
   workdir = str(tmp_path / "run_b")
-  _kill_after_first_checkpoint(_train(workdir, games_root, start_new_session=True), workdir)
-  out = _finish(_train(workdir, games_root))
-  assert "resumed from step" in out
-  _assert_same_params(workdir, uninterrupted, ITERATIONS)
-  records = read_metrics(os.path.join(workdir, "logs"))
-  train = [r for r in records if r["phase"] == "train"]
-  assert [r["step"] for r in train] == list(range(1, ITERATIONS + 1))  # no duplicated steps after the resume
-  assert [r["step"] for r in records if r["phase"] == "sft"] == [1, 2]  # the warm start's curve survives it
+  out = _kill_anywhere(lambda **popen: _train(workdir, games_root, **popen), _kills(0, sft=True))
+  assert "resumed from step 0" in out
+  assert not [n for n in os.listdir(os.path.join(workdir, "checkpoints")) if "tmp" in n]  # the torn write is gone
+  _assert_same_run(workdir, uninterrupted)
 
 
 def test_hf_folder_and_trajectory_layout(tmp_path, games_root):
@@ -264,15 +293,17 @@ def test_agentic_opd_distils_the_pool_into_the_best_checkpoint(opd_run, uninterr
   assert os.path.isfile(os.path.join(opd_run, "scheduler_state.json"))
 
 
-def test_killed_agentic_opd_run_resumes_to_identical_parameters(tmp_path, games_root, uninterrupted, opd_run):
+def test_agentic_opd_run_killed_anywhere_resumes_to_the_uninterrupted_run(tmp_path, games_root, uninterrupted,
+                                                                          opd_run):
   workdir = str(tmp_path / "opd_b")
-  _kill_after_first_checkpoint(_opd(workdir, games_root, uninterrupted, start_new_session=True), workdir)
-  out = _finish(_opd(workdir, games_root, uninterrupted))
-  assert "resumed from step" in out
-  _assert_same_params(workdir, opd_run, ITERATIONS)
-  with CheckpointPool(os.path.join(workdir, "checkpoints"), read_only=True) as a, \
-       CheckpointPool(os.path.join(opd_run, "checkpoints"), read_only=True) as b:
-    assert [a.metadata(s)["extra"] for s in a.steps()] == [b.metadata(s)["extra"] for s in b.steps()]
+  def half_written_mirror():  # the scheduler state is read from the checkpoint record, never from this mirror
+    with open(os.path.join(workdir, "scheduler_state.json"), "w") as f:
+      f.write('{"strategy": "hcn_v3", "weig')
+
+  out = _kill_anywhere(lambda **popen: _opd(workdir, games_root, uninterrupted, **popen), _kills(1, sft=False),
+                       half_written_mirror)
+  assert "resumed from step 0" in out
+  _assert_same_run(workdir, opd_run)
 
 
 def test_agentic_opd_trains_on_whole_trajectories(tmp_path, games_root, uninterrupted):

@@ -19,6 +19,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import jax
 import jax.numpy as jnp
 
+from agentopd_jax import faults
 from agentopd_jax.rollout.chat import ChatFormat, raw_prefixed_ids, templated_text
 from agentopd_jax.rollout.types import EPISODE_INFO_KEYS, LAYOUTS, EpisodeResult, Sample
 from agentopd_jax.sampling.sampler import Sampler, SampleOutput, SamplingParams, fold_in
@@ -151,6 +152,7 @@ class RolloutEngine:
     t0 = time.perf_counter()
     obs, scores, dones, infos = self.env.step([actions.get(i) for i in range(len(episodes))])
     timer["env_s"] += time.perf_counter() - t0
+    faults.point("rollout/turn")
     for i, action in actions.items():
       ep = episodes[i]
       if infos[i].get("env_failed"):

@@ -6,14 +6,23 @@
 
 Then any OpenAI client: `OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="x").chat.completions.create(
 model=<served name>, messages=[...])`. Prints one line once it listens; stops on SIGINT / SIGTERM.
+
+It listens on 127.0.0.1 unless `--host` says otherwise. Beyond loopback, set a key: `--api_key`, or better
+$AGENTOPD_API_KEY (argv is visible to every local user); clients then pass it as their `api_key`.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
+
+from agentopd_jax.http_guard import MAX_BODY_BYTES
+from agentopd_jax.serve.protocol import MAX_MESSAGES
+
+API_KEY_ENV = "AGENTOPD_API_KEY"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -32,6 +41,10 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--mesh_shape", default="-1,1,1", help="(data, fsdp, tensor) device mesh")
   p.add_argument("--chat_template_kwargs", default="", help='JSON, e.g. \'{"enable_thinking": false}\'')
   p.add_argument("--seed", type=int, default=0, help="key of unseeded sampled requests")
+  p.add_argument("--api_key", default="", help=f"require 'Authorization: Bearer <key>' (all but /health); default "
+                 f"${API_KEY_ENV}; none: open")
+  p.add_argument("--max_body_bytes", type=int, default=MAX_BODY_BYTES, help="larger request bodies get 413")
+  p.add_argument("--max_messages", type=int, default=MAX_MESSAGES, help="more messages per request get 400")
   return p
 
 
@@ -53,7 +66,8 @@ def main(argv=None) -> None:
   model = load_served_model(args.model, args.step, make_mesh(mesh_shape), args.param_dtype, template_kwargs,
                             args.seed)
   server = Server(model, args.served_name, args.host, args.port, args.max_batch, args.max_new_tokens,
-                  args.batch_wait_ms / 1000.0, args.seed)
+                  args.batch_wait_ms / 1000.0, args.seed, args.api_key or os.environ.get(API_KEY_ENV, ""),
+                  args.max_body_bytes, args.max_messages)
   port = server.start()
   print(f"serving {server.served_name!r} ({model.label}) at http://{args.host}:{port}/v1", flush=True)
   stopped = threading.Event()

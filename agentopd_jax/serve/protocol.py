@@ -16,6 +16,7 @@ from typing import Optional, Tuple
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 MAX_STOP_STRINGS = 4  # OpenAI's limit
+MAX_MESSAGES = 2048   # OpenAI's limit too; the default of the server's --max_messages
 # Fields refused unless they hold their no-op value.
 _UNSUPPORTED = {"stream": (None, False), "logprobs": (None, False), "top_logprobs": (None, 0), "tools": (None, []),
                 "functions": (None, []), "presence_penalty": (None, 0), "frequency_penalty": (None, 0),
@@ -89,12 +90,15 @@ def _content(message: dict, i: int) -> str:
   raise _bad(f"messages[{i}].content must be a string or a list of text parts", f"messages[{i}].content")
 
 
-def _messages(body: dict) -> Tuple[dict, ...]:
+def _messages(body: dict, max_messages: int) -> Tuple[dict, ...]:
   messages = body.get("messages")
   if messages is None:
     raise _bad("messages is required", "messages", "missing_required_parameter")
   if not isinstance(messages, list) or not messages:
     raise _bad("messages must be a non-empty list", "messages")
+  if len(messages) > max_messages:
+    raise _bad(f"messages holds {len(messages)} messages; this server takes at most {max_messages} (its "
+               "--max_messages)", "messages", "array_above_max_length")
   out = []
   for i, m in enumerate(messages):
     if not isinstance(m, dict) or m.get("role") not in ROLES:
@@ -117,7 +121,7 @@ def _stop(body: dict) -> Tuple[str, ...]:
   return tuple(dict.fromkeys(stops))
 
 
-def parse_chat_request(raw: bytes, served_name: str) -> ChatRequest:
+def parse_chat_request(raw: bytes, served_name: str, max_messages: int = MAX_MESSAGES) -> ChatRequest:
   """A validated `ChatRequest` from a /v1/chat/completions body; a `RequestError` names the first bad field."""
   try:
     body = json.loads(raw or b"")
@@ -131,7 +135,7 @@ def parse_chat_request(raw: bytes, served_name: str) -> ChatRequest:
   if model != served_name:
     raise RequestError(404, f"The model {model!r} does not exist; this server serves {served_name!r}", "model",
                        "model_not_found")
-  messages = _messages(body)
+  messages = _messages(body, max_messages)
   n = body.get("n")
   if n is not None and n != 1:
     raise _bad(f"n must be 1 (one choice per request), got {n!r}; send n requests instead", "n")

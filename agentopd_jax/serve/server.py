@@ -5,6 +5,10 @@ worker runs the batched sampler calls; so 100+ concurrent requests cost a few ge
 stdlib is needed. Prompts are the messages under the model's chat template (with the served chat template kwargs),
 replies stop at the chat EOS, the model's own stop ids or a request's stop strings, and are decoded without special
 tokens, as the rollout engine decodes them.
+
+Guards (`http_guard`): it binds 127.0.0.1 unless told otherwise; with `api_key`, every request but /health needs
+`Authorization: Bearer <key>` (else 401, OpenAI's `invalid_api_key`); a body over `max_body_bytes` gets 413 unread,
+a POST without Content-Length 411, more than `max_messages` messages 400; all in OpenAI's error shape.
 """
 from __future__ import annotations
 
@@ -16,12 +20,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import List, Optional, Tuple
 from urllib.parse import urlsplit
 
+from agentopd_jax.http_guard import MAX_BODY_BYTES, BodyError, authorized, body_length
 from agentopd_jax.models.tokenizer import apply_chat_template
 from agentopd_jax.sampling.sampler import Sampler
 from agentopd_jax.serve.batcher import Batcher, Closed, Job
 from agentopd_jax.serve.loading import ServedModel
-from agentopd_jax.serve.protocol import (ChatRequest, RequestError, chat_response, model_object, models_response,
-                                         parse_chat_request)
+from agentopd_jax.serve.protocol import (MAX_MESSAGES, ChatRequest, RequestError, chat_response, model_object,
+                                         models_response, parse_chat_request)
 
 logger = logging.getLogger(__name__)
 
@@ -33,15 +38,19 @@ class Server:
 
   max_batch: requests per generate call. max_new_tokens: the default and the largest max_tokens a request may ask
   for (it bounds the KV cache and the compiled decode lengths). batch_wait_s: see `Batcher`. seed: the key of
-  unseeded sampled requests.
+  unseeded sampled requests. api_key, max_body_bytes, max_messages: the guards of the module docstring.
   """
 
   def __init__(self, model: ServedModel, served_name: str = "", host: str = "127.0.0.1", port: int = 8000,
-               max_batch: int = 16, max_new_tokens: int = 1024, batch_wait_s: float = 0.01, seed: int = 0):
+               max_batch: int = 16, max_new_tokens: int = 1024, batch_wait_s: float = 0.01, seed: int = 0,
+               api_key: str = "", max_body_bytes: int = MAX_BODY_BYTES, max_messages: int = MAX_MESSAGES):
     if max_new_tokens < 1:
       raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if max_body_bytes < 1 or max_messages < 1:
+      raise ValueError(f"max_body_bytes and max_messages must be >= 1, got {max_body_bytes} and {max_messages}")
     self.model, self.served_name = model, served_name or model.name
     self.host, self.port, self.max_new_tokens = host, port, max_new_tokens
+    self.api_key, self.max_body_bytes, self.max_messages = api_key, max_body_bytes, max_messages
     self.context = model.config.max_position_embeddings
     self.created = int(time.time())
     tokenizer = model.tokenizer
@@ -89,7 +98,7 @@ class Server:
     try:
       if path == _CHAT:
         _allow(method, "POST", path)
-        return 200, self.complete(parse_chat_request(body, self.served_name))
+        return 200, self.complete(parse_chat_request(body, self.served_name, self.max_messages))
       if path == _MODELS:
         _allow(method, "GET", path)
         return 200, models_response(self.served_name, self.created)
@@ -167,14 +176,30 @@ class _Handler(BaseHTTPRequestHandler):
   server_version = "agentopd_jax"
 
   def _dispatch(self) -> None:
+    app = self.server.app
+    try:
+      length = body_length(self.headers, app.max_body_bytes, required=self.command == "POST")
+    except BodyError as e:  # the body stays unread, so the connection cannot carry another request
+      return self._reply(e.status, RequestError(e.status, e.detail, None, e.code).body(), close=True)
     # Read the body whatever the route: left unread, it would be taken for the connection's next request.
-    body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-    status, payload = self.server.app.handle(self.command, self.path, body)
+    body = self.rfile.read(length)
+    if urlsplit(self.path).path.rstrip("/") != "/health" and not authorized(self.headers, app.api_key):
+      error = RequestError(401, "Incorrect or missing API key: send 'Authorization: Bearer <key>' with the server's "
+                           "--api_key", None, "invalid_api_key")
+      return self._reply(401, error.body(), headers={"WWW-Authenticate": "Bearer"})
+    self._reply(*app.handle(self.command, self.path, body))
+
+  def _reply(self, status: int, payload: dict, close: bool = False, headers: Optional[dict] = None) -> None:
     data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
     try:
       self.send_response(status)
       self.send_header("Content-Type", "application/json")
       self.send_header("Content-Length", str(len(data)))
+      for name, value in (headers or {}).items():
+        self.send_header(name, value)
+      if close:
+        self.send_header("Connection", "close")
+        self.close_connection = True
       self.end_headers()
       self.wfile.write(data)
     except (BrokenPipeError, ConnectionResetError):

@@ -19,6 +19,7 @@ started on `opid.analyzer_model`, a model folder or a run, then reached through 
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 import sys
 import time
@@ -32,6 +33,7 @@ from agentopd_jax.parallel import distributed
 from agentopd_jax.rollout.chat import ChatFormat
 from agentopd_jax.rollout.types import Sample
 from agentopd_jax.scoring.teacher_signals import score_teacher
+from agentopd_jax.serve.__main__ import API_KEY_ENV
 from agentopd_jax.skills.analysis import (Analysis, Analyzer, EpisodeRecord, OpenAIBackend, StepRecord,
                                           discounted_returns, select_critical_steps_by_stats)
 from agentopd_jax.skills.injection import ROUTES, augment_observation, route, task_description
@@ -125,11 +127,14 @@ def episode_record(steps: Sequence[Sample], gamma: float) -> EpisodeRecord:
 
 
 class LocalServer:
-  """`python -m agentopd_jax.serve --model MODEL --port 0` in a subprocess; `url` once it listens."""
+  """`python -m agentopd_jax.serve --model MODEL --port 0` in a subprocess; `url` once it listens. It serves this
+  run alone on loopback, so it runs without a key even when the user's environment sets the server's
+  `$AGENTOPD_API_KEY` (the analyzer would not know to send it)."""
 
   def __init__(self, model: str, startup_timeout_s: float = 600.0):
+    env = {k: v for k, v in os.environ.items() if k != API_KEY_ENV}
     self.proc = subprocess.Popen([sys.executable, "-m", "agentopd_jax.serve", "--model", model, "--port", "0"],
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     deadline, lines = time.monotonic() + startup_timeout_s, []
     while time.monotonic() < deadline:
       line = self.proc.stdout.readline()

@@ -17,7 +17,6 @@ distils from exactly the checkpoints that were analysed, not ones rewritten sinc
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping
@@ -25,10 +24,9 @@ from collections.abc import Callable, Iterable, Mapping
 from agentopd_jax.teachers import hcn
 from agentopd_jax.teachers.atomic import atomic_write_json
 from agentopd_jax.teachers.coverage import SOLVED_RULES, solved_set
-from agentopd_jax.training.checkpoints import CheckpointPool
+from agentopd_jax.training.checkpoints import CheckpointPool, checkpoint_sha256
 
 MANIFEST_VERSION = 1
-_HASH_CHUNK = 1 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,24 +67,6 @@ class TeacherPool:
       if t.step == step:
         return t
     raise KeyError(f"step {step} is not a teacher of {self.run_dir}; teachers are steps {self.steps}")
-
-
-def checkpoint_sha256(path: str | os.PathLike) -> str:
-  """sha256 over a checkpoint directory: for every file in sorted relative-path order, its path (POSIX separators),
-  its byte length and its bytes, read in 1 MiB chunks, so a 30 GB checkpoint never sits in memory."""
-  root = os.fspath(path)
-  if not os.path.isdir(root):
-    raise FileNotFoundError(f"no checkpoint directory {root}")
-  files = sorted(os.path.relpath(os.path.join(d, f), root).replace(os.sep, "/")
-                 for d, _, names in os.walk(root) for f in names)
-  h = hashlib.sha256()
-  for rel in files:
-    full = os.path.join(root, rel)
-    h.update(rel.encode() + b"\0" + os.path.getsize(full).to_bytes(8, "little"))
-    with open(full, "rb") as f:
-      while chunk := f.read(_HASH_CHUNK):
-        h.update(chunk)
-  return h.hexdigest()
 
 
 Evaluate = Callable[[int], Mapping[str, tuple[int, int]]]  # step -> outcomes on the validation panel

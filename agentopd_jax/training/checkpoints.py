@@ -12,24 +12,84 @@ On disk this is an `orbax.checkpoint.CheckpointManager` directory, one sub-direc
 renamed steps, so a crash mid-save never leaves a step that lists as valid; a writable pool deletes such leftovers
 when it is reopened. Saves are synchronous: once `save` returns the step is on disk.
 
+Damage: orbax itself checks little (a flipped byte in a tensor file restores silently as a wrong number), so every
+save also records the step folder's sha256 in `checksums.json` at the pool's root. `restore_newest` (what resume
+calls) takes the newest step whose record reads, whose checksum matches and whose state restores; a newer step that
+fails is moved aside to `<pool>.damaged/` with a warning (never deleted: it may still hold something a person
+wants), so the run redoes it. A save that fails (a full disk) raises one error naming the folder and leaves every
+earlier step as it was.
+
 PRNG keys: typed keys (`jax.random.key`) are stored as their raw uint32 `key_data`, their impl name is recorded in
 the step's metadata (`prng_keys`), and `restore` rewraps them wherever the target holds a typed key.
 """
 from __future__ import annotations
 
 import copy
+import errno
+import hashlib
 import json
+import logging
 import math
 import os
+import shutil
+import time
 from collections.abc import Iterable
 from typing import Any, Self
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
 from orbax.checkpoint import checkpoint_managers as cm
 
+from agentopd_jax.teachers.atomic import atomic_write_json
+from agentopd_jax import faults
+
+logger = logging.getLogger(__name__)
 _STATE, _META = "state", "meta"
+CHECKSUMS = "checksums.json"
+_HASH_CHUNK = 1 << 20
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+class DamagedCheckpointError(RuntimeError):
+  """A checkpoint step whose files do not read back as they were written."""
+
+
+def _meta_handler() -> ocp.JsonCheckpointHandler:
+  """The record's handler, with the `checkpoint/write` fail point: orbax writes the record after the train state,
+  so a kill there leaves a step folder holding part of a save, as a crash mid-write would. (Wrapped on the instance:
+  orbax picks handlers by their registered class, which a subclass is not.)"""
+  handler = ocp.JsonCheckpointHandler()
+  write = handler.async_save
+
+  async def async_save(*args, **kwargs):
+    faults.point("checkpoint/write")
+    return await write(*args, **kwargs)
+
+  handler.async_save = async_save
+  return handler
+
+
+def checkpoint_sha256(path: str | os.PathLike) -> str:
+  """sha256 over a checkpoint directory: for every file in sorted relative-path order, its path (POSIX separators),
+  its byte length and its bytes, read in 1 MiB chunks, so a 30 GB checkpoint never sits in memory."""
+  root = os.fspath(path)
+  if not os.path.isdir(root):
+    raise FileNotFoundError(f"no checkpoint directory {root}")
+  files = sorted(os.path.relpath(os.path.join(d, f), root).replace(os.sep, "/")
+                 for d, _, names in os.walk(root) for f in names)
+  h = hashlib.sha256()
+  for rel in files:
+    full = os.path.join(root, rel)
+    h.update(rel.encode() + b"\0" + os.path.getsize(full).to_bytes(8, "little"))
+    with open(full, "rb") as f:
+      while chunk := f.read(_HASH_CHUNK):
+        h.update(chunk)
+  return h.hexdigest()
+
+
+
 
 
 def _is_key(x) -> bool:
@@ -125,7 +185,7 @@ class CheckpointPool:
         create=not read_only, read_only=read_only, enable_async_checkpointing=False,
         cleanup_tmp_directories=not read_only, preservation_policy=policy)
     # Handlers bound up front: a fresh manager cannot read an item's metadata before it has seen its args type.
-    handlers = {_STATE: ocp.PyTreeCheckpointHandler(), _META: ocp.JsonCheckpointHandler()}
+    handlers = {_STATE: ocp.PyTreeCheckpointHandler(), _META: _meta_handler()}
     self._mgr = ocp.CheckpointManager(self.directory, options=options, item_handlers=handlers)
 
   # --- writing ------------------------------------------------------------------------------------------------
@@ -159,11 +219,17 @@ class CheckpointPool:
       saved = self._mgr.save(step, args=ocp.args.Composite(
           **{_STATE: ocp.args.PyTreeSave(raw_state), _META: ocp.args.JsonSave(meta)}), force=True)
       self._mgr.wait_until_finished()
-    except BaseException:
+    except BaseException as e:
       self._metas.pop(step, None)
+      if isinstance(e, OSError) and e.errno in _DISK_FULL:
+        self._drop_unfinished(step)  # frees what it took; the earlier steps were never touched
+        raise OSError(e.errno, f"checkpoint step {step}: the disk is full writing {self.directory} ({e}); steps "
+                               f"{self.steps()} are intact. Free space and rerun the same command to resume") from e
       raise
     if not saved:
       raise RuntimeError(f"orbax declined to save step {step} in {self.directory}")
+    if jax.process_index() == 0:
+      self._record_checksum(step)
 
   # --- reading ------------------------------------------------------------------------------------------------
 
@@ -173,6 +239,26 @@ class CheckpointPool:
   def latest_step(self) -> int | None:
     steps = self.steps()
     return steps[-1] if steps else None
+
+  def restore_newest(self, target) -> tuple[int | None, Any]:
+    """(step, state laid out like `target`) of the newest good step, or (None, None) when none is: what resume
+    reads. A newer step that is damaged (record unreadable, checksum mismatch, state not restorable) is moved to
+    `<pool>.damaged/` with a warning, so a resumed run saves that step afresh; earlier steps are left alone."""
+    for step in reversed(self.steps()):
+      try:
+        return step, self.restore(step, target)
+      except DamagedCheckpointError as e:
+        self._quarantine(step, e)
+    return None, None
+
+  def verify(self, step: int) -> None:
+    """Raises DamagedCheckpointError when `step`'s record does not read or its files no longer match the checksum
+    recorded at save time (a step saved by a run killed before recording it has none, and is checked by restoring)."""
+    self._meta(step)
+    expected = self._checksums().get(str(step))
+    if expected is not None and checkpoint_sha256(self._step_dir(step)) != expected:
+      raise DamagedCheckpointError(f"checkpoint step {step} in {self.directory}: its files changed since it was "
+                                   f"saved (sha256 differs from {CHECKSUMS})")
 
   def best_step(self) -> int | None:
     """The step with the best `best_metric` (ties: the newer one); None if no step has that metric."""
@@ -225,10 +311,15 @@ class CheckpointPool:
     no sharding means device 0) or concrete arrays as a template (restored onto their sharding). A typed PRNG key
     in the target gets the saved key back as a typed key. The structure must equal the saved one.
     """
-    self._meta(step)
+    self.verify(step)
     item = jax.tree.map(_restore_leaf, target)
-    out = self._mgr.restore(step, args=ocp.args.Composite(**{_STATE: ocp.args.PyTreeRestore(
-        item, restore_args=ocp.checkpoint_utils.construct_restore_args(item))}))[_STATE]
+    self._check_target(step, item)
+    try:
+      out = self._mgr.restore(step, args=ocp.args.Composite(**{_STATE: ocp.args.PyTreeRestore(
+          item, restore_args=ocp.checkpoint_utils.construct_restore_args(item))}))[_STATE]
+    except (ValueError, OSError) as e:  # tensorstore's DATA_LOSS / NOT_FOUND: the target was checked above
+      raise DamagedCheckpointError(f"checkpoint step {step} in {self.directory} does not restore: "
+                                   f"{_first_line(e)}") from e
     return self._rewrap(step, target, out)
 
   def restore_params(self, step: int, abstract_params, key: str = "params"):
@@ -274,8 +365,80 @@ class CheckpointPool:
     if step not in self._mgr.all_steps():
       raise FileNotFoundError(f"no checkpoint for step {step} in {self.directory}; it holds steps {self.steps()}")
     if step not in self._metas:
-      self._metas[step] = self._mgr.restore(step, args=ocp.args.Composite(**{_META: ocp.args.JsonRestore()}))[_META]
+      try:
+        meta = self._mgr.restore(step, args=ocp.args.Composite(**{_META: ocp.args.JsonRestore()}))[_META]
+      except (ValueError, OSError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise DamagedCheckpointError(f"checkpoint step {step} in {self.directory}: its record "
+                                     f"({_META}/metadata) does not read: {_first_line(e)}") from e
+      if not isinstance(meta, dict) or not {"metrics", "outcomes", "extra"} <= set(meta):
+        raise DamagedCheckpointError(f"checkpoint step {step} in {self.directory}: its record lacks "
+                                     "metrics/outcomes/extra")
+      self._metas[step] = meta
     return self._metas[step]
+
+  def _check_target(self, step: int, item) -> None:
+    """A target whose entries or shapes differ from the saved state's is the caller's error (another model config),
+    raised as a ValueError before restoring, so that it is never taken for a damaged checkpoint."""
+    try:
+      saved = self._mgr.item_metadata(step)[_STATE]
+    except (ValueError, OSError) as e:
+      raise DamagedCheckpointError(f"checkpoint step {step} in {self.directory}: its array metadata does not "
+                                   f"read: {_first_line(e)}") from e
+    shapes = {_path_str(p): tuple(x.shape) for p, x in jax.tree_util.tree_flatten_with_path(
+        getattr(saved, "tree", saved))[0]}
+    wanted = {_path_str(p): tuple(x.shape) for p, x in jax.tree_util.tree_flatten_with_path(item)[0]}
+    wrong = sorted(set(shapes) ^ set(wanted)) or sorted(k for k in wanted if wanted[k] != shapes[k])
+    if wrong:
+      k = wrong[0]
+      raise ValueError(f"checkpoint step {step} in {self.directory} holds a different state than the one asked for "
+                       f"(another model or optimizer config?): {len(wrong)} entries differ, e.g. {k!r}: saved "
+                       f"{shapes.get(k, 'nothing')}, asked for {wanted.get(k, 'nothing')}")
+
+  def _step_dir(self, step: int) -> str:
+    return os.path.join(self.directory, str(step))
+
+  def _checksums(self) -> dict[str, str]:
+    """{step: sha256} of `checksums.json`; an unreadable file (a crash while it was replaced cannot cause one, a
+    damaged disk can) counts as empty, with a warning: the steps are then checked by restoring alone."""
+    path = os.path.join(self.directory, CHECKSUMS)
+    if not os.path.exists(path):
+      return {}
+    try:
+      with open(path, encoding="utf-8") as f:
+        doc = json.load(f)
+      if isinstance(doc, dict) and all(isinstance(v, str) for v in doc.values()):
+        return doc
+      reason = "not a {step: sha256} object"
+    except (ValueError, OSError) as e:
+      reason = str(e)
+    logger.warning("%s does not read (%s); checkpoints are checked by restoring alone until the next save", path,
+                   reason)
+    return {}
+
+  def _record_checksum(self, step: int) -> None:
+    sums = {s: h for s, h in self._checksums().items() if s.isdigit() and int(s) in self._mgr.all_steps()}
+    sums[str(step)] = checkpoint_sha256(self._step_dir(step))
+    atomic_write_json(os.path.join(self.directory, CHECKSUMS), dict(sorted(sums.items(), key=lambda kv: int(kv[0]))))
+
+  def _quarantine(self, step: int, error: Exception) -> None:
+    """Moves damaged `step` to `<pool>.damaged/<step>-<unix time>` (process 0 moves it, the others wait); a
+    read-only pool moves nothing and re-raises."""
+    if self.read_only:
+      raise error
+    target = os.path.join(f"{self.directory}.damaged", f"{step}-{int(time.time())}")
+    if jax.process_index() == 0:
+      os.makedirs(os.path.dirname(target), exist_ok=True)
+      shutil.move(self._step_dir(step), target)
+    if jax.process_count() > 1:
+      multihost_utils.sync_global_devices(f"checkpoint quarantine {step}")
+    logger.warning("%s; moved it to %s and resuming from an earlier step", error, target)
+    self._metas.pop(step, None)
+    self._mgr.reload()
+
+  def _drop_unfinished(self, step: int) -> None:
+    for name in os.listdir(self.directory):
+      if name.startswith(f"{step}.orbax-checkpoint-tmp"):
+        shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
 
   def _best_of(self, steps: Iterable[int]) -> int | None:
     best, best_value = None, None
@@ -304,6 +467,11 @@ class CheckpointPool:
       return k
 
     return jax.tree_util.tree_map_with_path(fix, target, restored)
+
+
+def _first_line(error: Exception) -> str:
+  """An error's gist: tensorstore appends its whole JSON spec to the first line of its messages."""
+  return str(error).splitlines()[0].split(" [tensorstore_spec")[0][:500]
 
 
 def _check_outcomes(outcomes: dict[str, tuple[int, int]]) -> dict[str, list[int]]:

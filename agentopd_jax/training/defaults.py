@@ -169,6 +169,7 @@ def cpu_base(env_name: str) -> ml_collections.ConfigDict:
   c.optim.warmup_steps = 0
   c.optim.weight_decay = 0.01
   c.optim.grad_clip = 1.0
+  c.optim.max_bad_updates = 3          # consecutive non-finite (skipped) updates before the run stops
 
   c.validation = ml_collections.ConfigDict()
   c.validation.num_tasks = 48          # the fixed panel: the first N tasks of the validation split

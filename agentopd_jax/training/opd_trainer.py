@@ -49,9 +49,10 @@ from agentopd_jax.teachers.hcn import SCHEDULERS, Teacher, make_scheduler, save_
 from agentopd_jax.teachers.atomic import atomic_write_json
 from agentopd_jax.teachers.pool import build_teacher_pool
 from agentopd_jax.teachers.resident import ResidentTeacher
+from agentopd_jax import faults
 from agentopd_jax.training.checkpoints import CheckpointPool
 from agentopd_jax.training.logging import progress
-from agentopd_jax.training.train_step import init_state, make_minibatches
+from agentopd_jax.training.train_step import init_state, make_minibatches, minibatch_samples
 from agentopd_jax.training.trainer import Run, gather_episodes, sharded_abstract_params
 
 logger = logging.getLogger(__name__)
@@ -183,13 +184,15 @@ class OpdRun:
     # Multi-host: each process brings its samples, padded to the largest share.
     counts = distributed.allgather(len(samples))
     micro = distributed.local_size(c.grpo.micro_batch_size, "grpo.micro_batch_size")
-    minibatches = make_minibatches(samples, advantages, round_up(max(counts), micro), micro, c.pack_width,
-                                   distill_weights=routed.tolist(), mesh=run.local_mesh,
-                                   agree=distributed.shape_agreement())
+    mini = round_up(max(counts), micro)
+    minibatches = make_minibatches(samples, advantages, mini, micro, c.pack_width, distill_weights=routed.tolist(),
+                                   mesh=run.local_mesh, agree=distributed.shape_agreement())
     updates = []
-    for minibatch in minibatches:
+    for k, minibatch in enumerate(minibatches):
       state, m = run.train_step(state, minibatch, self.teacher.params)
-      updates.append({k: float(v) for k, v in m.items()})
+      updates.append({name: float(v) for name, v in m.items()})
+      run.bad_updates.observe(updates[-1], minibatch_samples(samples, mini, k), f"iteration {iteration}")
+      faults.point("train/update")
     t3 = time.perf_counter()
     played, _ = gather_episodes([episode_record(ep) for ep in rollout.episodes if not ep.env_failed], {})
     metrics = {f"episode/{k}": v for k, v in episode_metrics(played).items()}
@@ -210,17 +213,13 @@ def train_agentic_opd(c) -> Dict:
   opd = OpdRun(c)
   run = opd.run
   try:
-    latest = run.pool.latest_step()
+    latest, state = run.resume()
     if latest is None:
       run.log.truncate_after(-1)
       state = init_state(opd.student_params(), run.optimizer, mesh=run.mesh, model=run.model)
       opd.validate_and_checkpoint(state, 0, reselect=True)
       start = 1
     else:
-      template = init_state(run.init_params, run.optimizer, mesh=run.mesh, model=run.model)
-      saved = run.pool.restore(latest, {"params": template.params, "opt_state": template.opt_state,
-                                        "step": template.step})
-      state = template.replace(params=saved["params"], opt_state=saved["opt_state"], step=saved["step"])
       extra = run.pool.metadata(latest)["extra"]
       opd.scheduler.load_state_dict(extra["scheduler"])
       opd.switches = extra["switches"]

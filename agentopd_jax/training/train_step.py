@@ -6,12 +6,13 @@ seq-mean losses are exact whatever A is; then clips, applies AdamW, and advances
 reference and, for distillation objectives, teacher log-probs) is the one fused scoring call inside the loss.
 
 A non-finite loss or gradient leaves params and optimizer state untouched (`metrics["skipped"] == 1`), so a bad
-batch is logged and never reaches a checkpoint.
+batch never reaches a checkpoint; `BadUpdates` logs its samples and stops a run whose updates keep failing.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import math
 from typing import Any, Callable, List, Optional, Sequence
 
@@ -30,6 +31,8 @@ from agentopd_jax.parallel import distributed
 from agentopd_jax.rollout.batch import TeacherSignal, TrainBatch, collate, pack_rows, round_up
 from agentopd_jax.rollout.types import Sample
 from agentopd_jax.scoring.fused import ScoreConfig, score
+
+logger = logging.getLogger(__name__)
 
 
 @flax.struct.dataclass
@@ -199,6 +202,38 @@ def split_minibatches(batch: TrainBatch, minibatch_size: int, micro_batch_size: 
 
 PAD_MULTIPLE = 128  # sequence-length bucket of unpacked batches: bounds recompilation as lengths vary
 PACKED_ROW_MULTIPLE = 4  # row-count bucket of packed mini-batches, for the same reason
+
+
+class BadUpdates:
+  """Watches the train step's `skipped` flag: each skipped update is logged with the ids of its mini-batch's samples
+  (to find the episode that broke it), and `limit` skipped in a row stop the run with an error, since a policy that
+  only skips learns nothing. The count is part of the run's state (`count`), so a resumed run stops where the
+  uninterrupted one would."""
+
+  def __init__(self, limit: int, count: int = 0):
+    if limit < 1:
+      raise ValueError(f"optim.max_bad_updates must be >= 1, got {limit}")
+    self.limit, self.count = limit, count
+
+  def observe(self, metrics, samples: Sequence[Sample], where: str) -> None:
+    """`metrics` of one update on the mini-batch of `samples` (`minibatch_samples`); `where`: e.g. "iteration 7"."""
+    if not metrics["skipped"]:
+      self.count = 0
+      return
+    self.count += 1
+    ids = [f"{s.problem_id}#{s.traj_id}.{s.step_index}" for s in samples]
+    logger.warning("%s: update skipped (loss %s, grad norm %s: not finite), %d in a row; its %d samples "
+                   "(problem#episode.step): %s", where, float(metrics["loss"]), float(metrics["grad_norm"]),
+                   self.count, len(ids), " ".join(ids))
+    if self.count >= self.limit:
+      raise FloatingPointError(f"{where}: {self.count} updates in a row had a non-finite loss or gradient "
+                               f"(optim.max_bad_updates={self.limit}); params and checkpoints are from before them. "
+                               "Lower optim.learning_rate, or look at the logged samples")
+
+
+def minibatch_samples(samples: Sequence[Sample], minibatch_size: int, k: int) -> Sequence[Sample]:
+  """The samples mini-batch k of `make_minibatches(samples, ..., minibatch_size, ...)` trains on."""
+  return samples[k * minibatch_size:(k + 1) * minibatch_size]
 
 
 def make_minibatches(samples: Sequence[Sample], advantages: Sequence[float], minibatch_size: int,

@@ -45,11 +45,12 @@ from agentopd_jax.sampling.sampler import Sampler, SamplingParams
 from agentopd_jax.scoring.teacher_signals import recompute_behaviour
 from agentopd_jax.teachers.hindsight import HindsightTeacher, OpidConfig
 from agentopd_jax.teachers.privileged import SkillContext, Teacher, TeacherConfig, episode_skills, signal_metrics
+from agentopd_jax import faults
 from agentopd_jax.training import data
 from agentopd_jax.training.checkpoints import CheckpointPool, run_params
 from agentopd_jax.training.logging import LiveReport, MetricsLogger, NullLogger, plot_curves, progress
-from agentopd_jax.training.train_step import (OptimConfig, init_state, make_minibatches, make_optimizer,
-                                              make_train_step)
+from agentopd_jax.training.train_step import (BadUpdates, OptimConfig, init_state, make_minibatches, make_optimizer,
+                                              make_train_step, minibatch_samples)
 
 logger = logging.getLogger(__name__)
 RANDOM_INIT_PRESETS = ("tiny", "small")  # CPU-sized models trained from scratch; larger ones load a checkpoint
@@ -171,6 +172,7 @@ class Run:
                        f"'token-mean' (a packed row is not one sequence); got {self.loss_cfg.loss_agg_mode!r}. "
                        f"Set pack_width=0 for one sample per row")
     self.optimizer = make_optimizer(config_dataclass(OptimConfig, c.optim))
+    self.bad_updates = BadUpdates(c.optim.max_bad_updates)
     self.use_reference = self.loss_cfg.kl_coef > 0
     if not c.rollout.temperature > 0:
       raise ValueError(f"rollout.temperature must be > 0 (a group's rollouts must differ), got {c.rollout.temperature}")
@@ -241,6 +243,7 @@ class Run:
                                            weight_decay=c.optim.weight_decay, grad_clip=c.optim.grad_clip))
     step_fn = make_train_step(self.model, LossConfig(objective="sft"), optimizer, self.mesh)
     state = init_state(jax.tree.map(jnp.copy, self.init_params), optimizer, mesh=self.mesh, model=self.model)
+    bad_updates = BadUpdates(c.optim.max_bad_updates)
     rng = np.random.default_rng([base_seed(c), 7])
     size = min(c.sft.batch_size, len(demos))
     mine = distributed.share(size, "sft.batch_size")  # every process draws the same batch and trains on its share
@@ -257,7 +260,10 @@ class Run:
         # has no prediction (position 0), nor, when rows are packed, a context of its own.
         batch.loss_mask = ((batch.positions > 0) + (c.sft.reply_weight - 1.0) * batch.loss_mask).astype(np.float32)
       state, metrics = step_fn(state, batch)
-      self.log.log(s + 1, {f"sft/{k}": float(v) for k, v in metrics.items()}, phase="sft")
+      metrics = {k: float(v) for k, v in metrics.items()}
+      bad_updates.observe(metrics, picked, f"sft step {s + 1}")
+      self.log.log(s + 1, {f"sft/{k}": v for k, v in metrics.items()}, phase="sft")
+      faults.point("sft/step")
     self.live.watch(None)
     return state.params
 
@@ -324,18 +330,33 @@ class Run:
   def checkpoint(self, state, iteration: int, val: Dict, **extra):
     """Saves `state` with the validation's metrics and outcomes; `extra` joins the record (e.g. the OPD scheduler,
     the skill retriever's state: a UCB bandit resumes where it was)."""
+    extra = dict(extra, bad_updates=self.bad_updates.count)
     if self.skills is not None:
-      extra = dict(extra, skills=self.skills.state_dict())
+      extra["skills"] = self.skills.state_dict()
     self.pool.save(iteration, {"params": state.params, "opt_state": state.opt_state, "step": state.step},
                    metrics=val["metrics"], outcomes=val["outcomes"], config=json.loads(self.c.to_json_best_effort()),
                    extra={"iteration": iteration, **extra})
 
   def restore_extra(self, step: int) -> Dict:
-    """The `extra` record of checkpoint `step`, with the skill retriever's state put back."""
+    """The `extra` record of checkpoint `step`, with the skill retriever's state and the bad-update count put back."""
     extra = self.pool.metadata(step)["extra"] or {}
+    self.bad_updates.count = extra.get("bad_updates", 0)
     if self.skills is not None and "skills" in extra:
       self.skills.load_state_dict(extra["skills"])
     return extra
+
+  def resume(self):
+    """(step, train state) of the newest good checkpoint (damaged newer ones are moved aside, see
+    `CheckpointPool.restore_newest`) with its extra record put back, or (None, None) for a fresh run."""
+    if not self.pool.steps():
+      return None, None
+    template = init_state(self.init_params, self.optimizer, mesh=self.mesh, model=self.model)
+    step, saved = self.pool.restore_newest({"params": template.params, "opt_state": template.opt_state,
+                                            "step": template.step})
+    if step is None:
+      return None, None
+    self.restore_extra(step)
+    return step, template.replace(params=saved["params"], opt_state=saved["opt_state"], step=saved["step"])
 
   def advantages(self, samples: Sequence[Sample], num_groups: int) -> Tuple[jnp.ndarray, List[float]]:
     """(step scores, GRPO advantages) of an iteration's step samples: episode reward minus the invalid-action
@@ -405,8 +426,8 @@ class Run:
     # No informative group anywhere (filter_groups): the iteration makes no update, as DAPO skips an empty batch.
     # Multi-host: each process brings its share of every mini-batch (blank where it has no samples left).
     anywhere = sum(distributed.allgather(len(trained))) > 0
-    minibatches = (make_minibatches(trained, advantages,
-                                    distributed.local_size(c.grpo.mini_batch_size, "grpo.mini_batch_size"),
+    mini = distributed.local_size(c.grpo.mini_batch_size, "grpo.mini_batch_size")
+    minibatches = (make_minibatches(trained, advantages, mini,
                                     distributed.local_size(c.grpo.micro_batch_size, "grpo.micro_batch_size"),
                                     c.pack_width, mesh=self.local_mesh, teacher=signals,
                                     agree=distributed.shape_agreement()) if anywhere else [])
@@ -414,9 +435,11 @@ class Run:
       minibatches = [self.objective.prepare(b, self.loss_cfg, iteration) for b in minibatches]
     t2 = time.perf_counter()
     updates = []
-    for minibatch in minibatches:
+    for k, minibatch in enumerate(minibatches):
       state, m = self.train_step(state, minibatch)
-      updates.append({k: float(v) for k, v in m.items()})
+      updates.append({name: float(v) for name, v in m.items()})
+      self.bad_updates.observe(updates[-1], minibatch_samples(trained, mini, k), f"iteration {iteration}")
+      faults.point("train/update")
     t3 = time.perf_counter()
     played, _ = gather_episodes([episode_record(ep) for ep in rollout.episodes if not ep.env_failed], {})
     metrics.update({f"episode/{k}": v for k, v in episode_metrics(played).items()})
@@ -463,7 +486,7 @@ def train(c) -> Dict:
   """Runs (or resumes) the configured job; returns a summary with the warm-start and best validation results."""
   run = Run(c)
   try:
-    latest = run.pool.latest_step()
+    latest, state = run.resume()
     if latest is None:
       run.log.truncate_after(-1)  # lines of an attempt that crashed before its first checkpoint are redone
       params = run.warm_start()
@@ -472,13 +495,9 @@ def train(c) -> Dict:
       run.checkpoint(state, 0, run.validate(state.params, 0))
       start = 1
     else:
-      template = init_state(run.init_params, run.optimizer, mesh=run.mesh, model=run.model)
-      saved = run.pool.restore(latest, {"params": template.params, "opt_state": template.opt_state,
-                                        "step": template.step})
-      reference = run.pool.restore_params(0, template.params) if run.use_reference else None
-      state = template.replace(params=saved["params"], opt_state=saved["opt_state"], step=saved["step"],
-                               reference_params=reference)
-      run.restore_extra(latest)
+      if run.use_reference:  # π_ref is the warm start, checkpoint 0
+        run.pool.verify(0)
+        state = state.replace(reference_params=run.pool.restore_params(0, state.params))
       run.log.truncate_after(latest, phases=("train", "val"))  # SFT ended before checkpoint 0: its lines stay
       start = latest + 1
       logger.info("resumed from step %d of %s", latest, run.pool.directory)

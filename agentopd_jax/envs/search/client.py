@@ -3,7 +3,8 @@
 Upstream clients retry up to 10 times with linear back-off on 500/502/503/504, connection errors and timeouts;
 this one retries the same failures with exponential back-off (capped), keeps one keep-alive connection per thread,
 and raises `RetrievalError` naming the URL once the retries are spent, or at once for a 4xx answer, which a retry
-cannot fix. `request_style="query"` sends verl-agent's one-query shape for servers that only accept that.
+cannot fix. `request_style="query"` sends verl-agent's one-query shape for servers that only accept that. `api_key`
+goes out as `Authorization: Bearer <key>` (our server's --api_key, or a proxy's in front of a real one).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any, List, Optional, Sequence
 
 RETRY_STATUSES = (500, 502, 503, 504)
 REQUEST_STYLES = ("queries", "query")
+API_KEY_ENV = "AGENTOPD_SEARCH_API_KEY"  # our server's --api_key default, and the key a training run's envs send
 
 
 class RetrievalError(RuntimeError):
@@ -34,7 +36,8 @@ class RetrievalClient:
   """`retrieve(queries)` -> one hit list per query, as the server's `result`; thread-safe."""
 
   def __init__(self, url: str = "http://127.0.0.1:8000/retrieve", topk: int = 3, timeout_s: float = 60.0,
-               retries: int = 6, backoff_s: float = 0.5, max_backoff_s: float = 8.0, request_style: str = "queries"):
+               retries: int = 6, backoff_s: float = 0.5, max_backoff_s: float = 8.0, request_style: str = "queries",
+               api_key: Optional[str] = None):
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
       raise ValueError(f"retrieval URL must be http(s)://host[:port]/path, got {url!r}")
@@ -43,6 +46,9 @@ class RetrievalClient:
     self.url, self.topk, self.timeout_s = url, topk, timeout_s
     self.retries, self.backoff_s, self.max_backoff_s = retries, backoff_s, max_backoff_s
     self.request_style = request_style
+    self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    if api_key:
+      self._headers["Authorization"] = f"Bearer {api_key}"
     self._parts = parts
     self._local = threading.local()
 
@@ -109,7 +115,7 @@ class RetrievalClient:
 
   def _once(self, conn: http.client.HTTPConnection, path: str, body: bytes):
     try:
-      conn.request("POST", path, body=body, headers={"Content-Type": "application/json", "Accept": "application/json"})
+      conn.request("POST", path, body=body, headers=self._headers)
       response = conn.getresponse()
       data = response.read()
     except (OSError, http.client.HTTPException):

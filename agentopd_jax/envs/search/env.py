@@ -8,13 +8,19 @@
   "verl-agent"  SkyRL-gym `SearchEnv`: every step is a turn; done when `max_turns` turns are used or the action holds
                 `<answer>…</answer>`; the score at done is EM of the last `<answer>` in all actions and observations
                 so far; a search observation is the tool's JSON string in `<information>`; anything without a
-                `<search>` block gets an empty observation; retrieval failures become "Search error: …" results.
+                `<search>` block gets an empty observation.
   "search-r1"   Search-R1's loop: up to `max_turns` search rounds, then one final turn in which a search is not
                 executed (so an episode has at most max_turns + 1 steps); an answer ends the episode with its EM;
                 an unparsable action gets Search-R1's invalid-action message.
 `action` may be a raw response or a projected action (`<search>q</search>`, `<answer>a</answer>`, ""): both parse
 the same. infos: `won`, `question`, `data_source`, `tool_calls` (searches run), `turns`, `action` (search, answer
 or invalid) and `subem`, Search-R1's sub-string EM of the answer the score judged (0.0 until the episode ends).
+
+A search the retrieval server never answers (its retries spent, e.g. the server was killed) or refuses (4xx) ends the
+episode as a *failed* one, as `VectorEnv` reports an env that raised: obs "", score 0, done, infos `won=False`,
+`env_failed=True`, `error`. So the rollout drops it (it says nothing about the policy) and goes on, whether the env
+runs in a worker process or in this one (SFT demonstrations, OPID's replays); SkyRL's env would instead show the
+policy a "Search error" observation and train on what it does next.
 """
 from __future__ import annotations
 
@@ -46,14 +52,16 @@ class SearchEnv:
   no URL, to an in-process BM25 index over `corpus` (a wiki-18 JSONL; default the bundled encyclopedia of `seed`)."""
 
   def __init__(self, search_url: Optional[str] = None, corpus: Optional[str] = None, seed: int = 0, topk: int = 3,
-               obs_format: str = "verl-agent", max_turns: int = 4, timeout_s: float = 60.0, retries: int = 6):
+               obs_format: str = "verl-agent", max_turns: int = 4, timeout_s: float = 60.0, retries: int = 6,
+               search_api_key: Optional[str] = None):
     if obs_format not in OBS_FORMATS:
       raise ValueError(f"SearchEnv obs_format must be one of {OBS_FORMATS}, got {obs_format!r}")
     if max_turns < 1:
       raise ValueError(f"SearchEnv max_turns must be >= 1, got {max_turns}")
     self.obs_format, self.max_turns, self.topk = obs_format, max_turns, topk
     if search_url:
-      self._client = RetrievalClient(search_url, topk=topk, timeout_s=timeout_s, retries=retries)
+      self._client = RetrievalClient(search_url, topk=topk, timeout_s=timeout_s, retries=retries,
+                                     api_key=search_api_key)
       self._retrieve = self._client.retrieve
     else:
       self._client = None
@@ -74,7 +82,11 @@ class SearchEnv:
       raise RuntimeError("SearchEnv.step called with no episode running; call reset first")
     self._turns += 1
     step = self._step_verl_agent if self.obs_format == "verl-agent" else self._step_search_r1
-    obs, score, self._done, kind = step(action)
+    try:
+      obs, score, self._done, kind = step(action)
+    except RetrievalError as e:
+      self._done = True
+      return "", 0.0, True, {**self._infos(False, "search"), "env_failed": True, "error": str(e)}
     return obs, score, self._done, self._infos(score >= 1.0 and self._done, kind)
 
   def copy(self) -> "SearchEnv":
@@ -103,11 +115,7 @@ class SearchEnv:
     found = _SEARCH_BLOCK.search(action)
     if found is None:
       return "", 0.0, False, "invalid"
-    try:
-      output = formats.verl_agent_result([self._search(found.group(1).strip())])
-    except RetrievalError as e:
-      output = formats.verl_agent_error(str(e))
-    obs = formats.verl_agent_information(output)
+    obs = formats.verl_agent_information(formats.verl_agent_result([self._search(found.group(1).strip())]))
     self._history.append(obs)
     return obs, 0.0, False, "search"
 

@@ -63,10 +63,6 @@ def verl_agent_result(results: Sequence[Sequence[Mapping[str, Any]]]) -> str:
   return json.dumps({"result": "\n---\n".join(lists)})
 
 
-def verl_agent_error(message: str) -> str:
-  return json.dumps({"result": f"Search error: {message}"})
-
-
 def verl_agent_information(tool_output: str) -> str:
   return ("\n<information>" + tool_output + "</information>\n").strip()
 

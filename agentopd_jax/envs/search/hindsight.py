@@ -3,9 +3,10 @@
 (`oracle.advise`).
 
 The oracle reads facts out of the passages retrieval returns, so a replay retrieves again: in-process BM25 is
-deterministic, and a search server must be too for the replay to be the episode. Questions without a plan (real
-datasets) have no expert action at any step. The turn budget is the env's own, so the oracle answers in time.
-Milestones are the searches and the answer: a workflow is their order.
+deterministic, and a search server must be too for the replay to be the episode; a search it fails to answer makes the
+replay raise, so the episode gets no review rather than a wrong one. Questions without a plan (real datasets) have no
+expert action at any step. The turn budget is the env's own, so the oracle answers in time. Milestones are the searches
+and the answer: a workflow is their order.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from agentopd_jax.envs.hindsight import Replay, Review, replay
 from agentopd_jax.envs.search import formats
+from agentopd_jax.envs.search.client import RetrievalError
 from agentopd_jax.envs.search.oracle import advise
 
 
@@ -36,6 +38,8 @@ class SearchReplay(Replay):
 
   def step(self, action: str) -> Tuple[bool, str]:
     obs, _, self.done, infos = self.env.step(action)
+    if infos.get("env_failed"):
+      raise RetrievalError(infos["error"])
     self.won, self.turns = bool(infos["won"]), int(infos["turns"])
     kind, content = formats.search_r1_parse(action)
     if kind == "search" and infos["action"] == "search":

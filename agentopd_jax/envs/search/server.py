@@ -8,8 +8,12 @@ Requests (both upstream shapes, environments.md §4.4):
   {"query": "q", "topk": 3, "return_scores": true}               verl-agent (one query)
 Answer: {"result": [[{"document": {"id", "contents"}, "score": s}, ...], ...]}, one list per query; bare documents
 when `return_scores` is false (the default, as upstream). `topk` missing, null or 0 falls back to `--topk`.
-Malformed bodies get 400 (not JSON) or 422 (wrong fields) with `{"detail": "..."}`, as FastAPI would; `GET /health`
-answers `{"status": "ok", "documents": n}`.
+Malformed bodies get 400 (not JSON) or 422 (wrong fields, over `--max_queries` queries) with `{"detail": "..."}`, as
+FastAPI would; a body over `--max_body_bytes` gets 413 unread, one without Content-Length 411. `GET /health` answers
+`{"status": "ok", "documents": n}`.
+
+Access: it binds 127.0.0.1 unless `--host` says otherwise. With `--api_key` (or $AGENTOPD_SEARCH_API_KEY), a
+`/retrieve` request without `Authorization: Bearer <key>` gets 401; /health stays open for readiness probes.
 
 Why the standard library: the API is one endpoint, `ThreadingHTTPServer` serves it without new dependencies, and
 keep-alive (HTTP/1.1) keeps per-request overhead to a fraction of a millisecond on loopback. `serve()` runs it in a
@@ -31,13 +35,13 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from agentopd_jax.envs.search.client import health
+from agentopd_jax.envs.search.client import API_KEY_ENV, health
 from agentopd_jax.envs.search.retriever import BM25Retriever, read_corpus
 from agentopd_jax.envs.search.world import generate_world
+from agentopd_jax.http_guard import MAX_BODY_BYTES, BodyError, authorized, body_length
 
 logger = logging.getLogger(__name__)
-MAX_BODY_BYTES = 8 << 20
-MAX_QUERIES = 4096
+MAX_QUERIES = 4096  # the default of --max_queries
 READY_PREFIX = "retrieval server ready at "
 
 
@@ -47,7 +51,7 @@ class RequestError(Exception):
     self.status, self.detail = status, detail
 
 
-def parse_request(body: bytes) -> Tuple[List[str], Optional[int], bool]:
+def parse_request(body: bytes, max_queries: int = MAX_QUERIES) -> Tuple[List[str], Optional[int], bool]:
   """(queries, topk or None, return_scores) of a request body, or RequestError (400/422) saying what is wrong."""
   try:
     request = json.loads(body.decode("utf-8"))
@@ -62,8 +66,9 @@ def parse_request(body: bytes) -> Tuple[List[str], Optional[int], bool]:
   if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
     raise RequestError(HTTPStatus.UNPROCESSABLE_ENTITY,
                        "'queries' must be a list of strings" if has_queries else "'query' must be a string")
-  if len(queries) > MAX_QUERIES:
-    raise RequestError(HTTPStatus.UNPROCESSABLE_ENTITY, f"at most {MAX_QUERIES} queries per request")
+  if len(queries) > max_queries:
+    raise RequestError(HTTPStatus.UNPROCESSABLE_ENTITY, f"'queries' holds {len(queries)} queries; this server takes "
+                       f"at most {max_queries} per request (--max_queries)")
   topk = request.get("topk")
   if topk is not None and (isinstance(topk, bool) or not isinstance(topk, int) or topk < 0):
     raise RequestError(HTTPStatus.UNPROCESSABLE_ENTITY, "'topk' must be a non-negative integer or null")
@@ -82,20 +87,16 @@ class _Handler(BaseHTTPRequestHandler):
   def do_POST(self):
     if self.path.split("?", 1)[0] != "/retrieve":
       return self._send(HTTPStatus.NOT_FOUND, {"detail": f"no endpoint {self.path}; POST /retrieve"}, drain=True)
-    if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-      return self._send(HTTPStatus.LENGTH_REQUIRED, {"detail": "chunked bodies are not supported"}, close=True)
     try:
-      length = int(self.headers.get("Content-Length", ""))
-    except ValueError:
-      return self._send(HTTPStatus.LENGTH_REQUIRED, {"detail": "a valid Content-Length is required"}, close=True)
-    if length < 0:
-      return self._send(HTTPStatus.BAD_REQUEST, {"detail": "negative Content-Length"}, close=True)
-    if length > MAX_BODY_BYTES:
-      return self._send(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"detail": f"body over {MAX_BODY_BYTES} bytes"},
-                        close=True)
+      length = body_length(self.headers, self.server.max_body_bytes)
+    except BodyError as e:  # the body stays unread: the connection cannot be reused
+      return self._send(e.status, {"detail": e.detail}, close=True)
     body = self.rfile.read(length)
+    if not authorized(self.headers, self.server.api_key):
+      return self._send(HTTPStatus.UNAUTHORIZED, {"detail": "missing or wrong API key: send 'Authorization: Bearer "
+                        "<key>' (the server's --api_key)"}, headers={"WWW-Authenticate": "Bearer"})
     try:
-      queries, topk, return_scores = parse_request(body)
+      queries, topk, return_scores = parse_request(body, self.server.max_queries)
     except RequestError as e:
       return self._send(e.status, {"detail": e.detail})
     try:
@@ -127,20 +128,19 @@ class _Handler(BaseHTTPRequestHandler):
       phrase = "error"
     self._send(code, {"detail": message or phrase}, close=True)
 
-  def _send(self, status: HTTPStatus, payload: Dict[str, Any], close: bool = False, drain: bool = False):
+  def _send(self, status: HTTPStatus, payload: Dict[str, Any], close: bool = False, drain: bool = False,
+            headers: Optional[Dict[str, str]] = None):
     if drain:  # a body we did not read would be parsed as the next request on this connection
       try:
-        length = int(self.headers.get("Content-Length") or 0)
-      except ValueError:
-        length = -1
-      if 0 <= length <= MAX_BODY_BYTES:
-        self.rfile.read(length)
-      else:
+        self.rfile.read(body_length(self.headers, self.server.max_body_bytes, required=False))
+      except BodyError:
         close = True
     data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     self.send_response(status)
     self.send_header("Content-Type", "application/json")
     self.send_header("Content-Length", str(len(data)))
+    for name, value in (headers or {}).items():
+      self.send_header(name, value)
     if close:
       self.send_header("Connection", "close")
       self.close_connection = True
@@ -155,8 +155,12 @@ class RetrievalHTTPServer(ThreadingHTTPServer):
   daemon_threads = True
   request_queue_size = 256  # bursts from a large rollout batch must queue, not be refused
 
-  def __init__(self, retriever: BM25Retriever, host: str = "127.0.0.1", port: int = 0):
-    self.retriever = retriever
+  def __init__(self, retriever: BM25Retriever, host: str = "127.0.0.1", port: int = 0, api_key: Optional[str] = None,
+               max_body_bytes: int = MAX_BODY_BYTES, max_queries: int = MAX_QUERIES):
+    if max_body_bytes < 1 or max_queries < 1:
+      raise ValueError(f"--max_body_bytes and --max_queries must be >= 1, got {max_body_bytes} and {max_queries}")
+    self.retriever, self.api_key = retriever, api_key or None
+    self.max_body_bytes, self.max_queries = max_body_bytes, max_queries
     super().__init__((host, port), _Handler)
 
   @property
@@ -185,15 +189,16 @@ def _wait_healthy(url: str, deadline: float, proc: Optional[subprocess.Popen] = 
 
 @contextlib.contextmanager
 def serve(corpus: Optional[str] = None, *, seed: int = 0, topk: int = 3, host: str = "127.0.0.1", port: int = 0,
-          mode: str = "thread", startup_timeout_s: float = 120.0,
-          retriever: Optional[BM25Retriever] = None) -> Iterator[str]:
+          mode: str = "thread", startup_timeout_s: float = 120.0, retriever: Optional[BM25Retriever] = None,
+          api_key: Optional[str] = None) -> Iterator[str]:
   """Runs a retrieval server until the block exits and yields its `/retrieve` URL once it answers.
 
   mode "thread": in this process (a prebuilt `retriever` may be passed); "process": `python -m` this module in a
-  subprocess, as a user would start it, reading its port from its ready line (port 0 picks a free one).
+  subprocess, as a user would start it, reading its port from its ready line (port 0 picks a free one); the
+  `api_key` reaches it through $AGENTOPD_SEARCH_API_KEY, not argv, which any local user can read.
   """
   if mode == "thread":
-    server = RetrievalHTTPServer(retriever or load_retriever(corpus, seed, topk), host, port)
+    server = RetrievalHTTPServer(retriever or load_retriever(corpus, seed, topk), host, port, api_key)
     thread = threading.Thread(target=server.serve_forever, name="retrieval-server", daemon=True)
     thread.start()
     try:
@@ -208,8 +213,11 @@ def serve(corpus: Optional[str] = None, *, seed: int = 0, topk: int = 3, host: s
     raise ValueError(f"serve mode must be 'thread' or 'process', got {mode!r}")
   cmd = [sys.executable, "-m", "agentopd_jax.envs.search.server", "--host", host, "--port", str(port),
          "--topk", str(topk), "--seed", str(seed)] + (["--corpus", corpus] if corpus else [])
+  env = {k: v for k, v in os.environ.items() if k != API_KEY_ENV}  # exactly `api_key`, not one exported earlier
+  if api_key:
+    env[API_KEY_ENV] = api_key
   with tempfile.TemporaryFile() as stderr:
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
     try:
       url = _read_ready_line(proc, time.monotonic() + startup_timeout_s, stderr)
       _wait_healthy(url, time.monotonic() + startup_timeout_s, proc)
@@ -240,19 +248,28 @@ def _read_ready_line(proc: subprocess.Popen, deadline: float, stderr) -> str:
   return line[len(READY_PREFIX):].strip()
 
 
-def main(argv: Optional[Sequence[str]] = None):
+def _parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
   parser.add_argument("--corpus", default="", help="wiki-18-format JSONL; default: the bundled encyclopedia")
   parser.add_argument("--seed", type=int, default=0, help="seed of the bundled encyclopedia (without --corpus)")
   parser.add_argument("--host", default="127.0.0.1", help="interface (Search-R1 binds 0.0.0.0; loopback is safer)")
   parser.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed in the ready line)")
   parser.add_argument("--topk", type=int, default=3, help="results per query when a request gives no topk")
-  args = parser.parse_args(argv)
+  parser.add_argument("--api_key", default="", help=f"require 'Authorization: Bearer <key>' on /retrieve; default "
+                      f"${API_KEY_ENV} (better: argv is visible to other local users); none: open")
+  parser.add_argument("--max_body_bytes", type=int, default=MAX_BODY_BYTES, help="larger request bodies get 413")
+  parser.add_argument("--max_queries", type=int, default=MAX_QUERIES, help="more queries per request get 422")
+  return parser
+
+
+def main(argv: Optional[Sequence[str]] = None):
+  args = _parser().parse_args(argv)
   retriever = load_retriever(args.corpus or None, args.seed, args.topk)
   level = os.environ.get("LOGLEVEL") or "WARNING"
   logging.basicConfig(level=level)
   logging.getLogger("bm25s").setLevel(level)  # importing bm25s sets its logger to DEBUG
-  server = RetrievalHTTPServer(retriever, args.host, args.port)
+  server = RetrievalHTTPServer(retriever, args.host, args.port, args.api_key or os.environ.get(API_KEY_ENV),
+                               args.max_body_bytes, args.max_queries)
   print(READY_PREFIX + server.url, flush=True)
   try:
     server.serve_forever()

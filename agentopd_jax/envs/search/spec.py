@@ -7,6 +7,7 @@ Questions come from the bundled encyclopedia's train/test splits (`env.world_see
 from __future__ import annotations
 
 import functools
+import os
 from typing import List, Optional, Tuple
 
 import numpy as np
@@ -36,8 +37,13 @@ def questions(env_cfg) -> Tuple[list, list]:
 
 
 def env_kwargs(env_cfg) -> dict:
+  """SearchEnv's arguments. The server's key comes from $AGENTOPD_SEARCH_API_KEY, never from the config (which is
+  saved in config.json and every checkpoint), read here in the trainer so remote (Ray) workers get it too."""
+  from agentopd_jax.envs.search.client import API_KEY_ENV
+
   return dict(search_url=env_cfg.search_url or None, corpus=env_cfg.corpus or None, seed=env_cfg.world_seed,
-              topk=env_cfg.topk, obs_format=env_cfg.obs_format, max_turns=env_cfg.max_turns)
+              topk=env_cfg.topk, obs_format=env_cfg.obs_format, max_turns=env_cfg.max_turns,
+              search_api_key=os.environ.get(API_KEY_ENV) or None)
 
 
 def worker(env_cfg, max_steps: Optional[int] = None):

@@ -1,0 +1,56 @@
+"""Request guards shared by our two HTTP servers (the retrieval server and the OpenAI-compatible one): an optional
+bearer key and a bounded request body.
+
+Why here and stdlib-only: the retrieval server must start without JAX, and both servers must refuse the same things
+the same way; each wraps the reason in its own error shape. The body size is judged from Content-Length before a
+byte of the body is read, so an oversized or endless body costs the server nothing.
+"""
+from __future__ import annotations
+
+import hmac
+import re
+from http import HTTPStatus
+from typing import Mapping, Optional
+
+MAX_BODY_BYTES = 8 << 20  # both servers' default --max_body_bytes: far above any legitimate request
+_DIGITS = re.compile(r"[0-9]+")  # int() would also take "+5", " 5", "5_0" and non-ASCII digits
+
+
+class BodyError(Exception):
+  """A request body refused before it is read: HTTP `status`, a `detail` naming the header or flag, a short `code`."""
+
+  def __init__(self, status: HTTPStatus, detail: str, code: str):
+    super().__init__(detail)
+    self.status, self.detail, self.code = status, detail, code
+
+
+def body_length(headers: Mapping[str, str], limit: int, required: bool = True) -> int:
+  """The declared body size: 411 when chunked, or missing where `required`; 400 when not a plain non-negative
+  integer; 413 when over `limit` (the servers' --max_body_bytes). Missing and not required: 0."""
+  if "chunked" in headers.get("Transfer-Encoding", "").lower():
+    raise BodyError(HTTPStatus.LENGTH_REQUIRED, "chunked bodies are not supported; send a Content-Length",
+                    "length_required")
+  raw = headers.get("Content-Length")
+  if raw is None:
+    if required:
+      raise BodyError(HTTPStatus.LENGTH_REQUIRED, "a Content-Length header is required", "length_required")
+    return 0
+  if not _DIGITS.fullmatch(raw.strip()):
+    raise BodyError(HTTPStatus.BAD_REQUEST, f"Content-Length must be a non-negative integer, got {raw!r}",
+                    "invalid_content_length")
+  length = int(raw)
+  if length > limit:
+    raise BodyError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                    f"the body is {length} bytes, over this server's limit of {limit} (--max_body_bytes)",
+                    "body_too_large")
+  return length
+
+
+def authorized(headers: Mapping[str, str], api_key: Optional[str]) -> bool:
+  """True when no key is set, or when `Authorization: Bearer <key>` carries it. Compared in constant time, so the
+  answer's timing does not tell how much of a guess was right."""
+  if not api_key:
+    return True
+  scheme, _, token = headers.get("Authorization", "").strip().partition(" ")
+  # Header values arrive decoded as latin-1: encoding back gives the bytes sent, which a client sends as UTF-8.
+  return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode("latin-1"), api_key.encode("utf-8"))
