@@ -12,7 +12,7 @@ CORE = [
     "orbax-checkpoint==0.12.8",
     "chex==0.1.92",
     "ml-collections==1.1.0",
-    "numpy>=2.0,<2.5",
+    "numpy==2.4.6",
     "tqdm==4.70.1",
     # Metrics logging: TensorBoard event files without TensorFlow, and curve plots / eval reports.
     "tensorboardX==2.6.5",

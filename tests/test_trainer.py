@@ -4,6 +4,7 @@ The kill-anywhere tests SIGKILL a real training process (no clean-up) at fail po
 a validation and a checkpoint write (`agentopd_jax.faults`), rerun the same command after each, and check the
 finished run equals an uninterrupted one bit for bit: parameters, checkpoint records and logged metrics.
 """
+import functools
 import json
 import os
 import random
@@ -136,17 +137,17 @@ def _kills(seed, sft):
                  "checkpoint/write:1"]                        # resumed from 0: killed writing step 1
 
 
-def _assert_same_run(workdir_a, workdir_b):
+def _assert_same_run(workdir_a, workdir_b, iterations=ITERATIONS):
   """Equal final parameters (bitwise), checkpoint records (metrics, outcomes, extra) and logged metrics (timings
   aside) of two runs."""
   with CheckpointPool(os.path.join(workdir_a, "checkpoints"), read_only=True) as a, \
        CheckpointPool(os.path.join(workdir_b, "checkpoints"), read_only=True) as b:
-    assert a.steps() == b.steps() == list(range(ITERATIONS + 1))
+    assert a.steps() == b.steps() == list(range(iterations + 1))
     for step in a.steps():
       ma, mb = a.metadata(step), b.metadata(step)
       assert (ma["outcomes"], ma["extra"]) == (mb["outcomes"], mb["extra"]), step
       assert _untimed(ma["metrics"]) == _untimed(mb["metrics"]), step
-  for x, y in zip(jax.tree.leaves(_params(workdir_a, ITERATIONS)), jax.tree.leaves(_params(workdir_b, ITERATIONS))):
+  for x, y in zip(jax.tree.leaves(_params(workdir_a, iterations)), jax.tree.leaves(_params(workdir_b, iterations))):
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
   logs_a, logs_b = (read_metrics(os.path.join(w, "logs")) for w in (workdir_a, workdir_b))
   assert [(r["phase"], r["step"]) for r in logs_a] == [(r["phase"], r["step"]) for r in logs_b]  # none lost or twice
@@ -165,6 +166,21 @@ def test_run_killed_anywhere_resumes_to_the_uninterrupted_run(tmp_path, games_ro
   assert "resumed from step 0" in out
   assert not [n for n in os.listdir(os.path.join(workdir, "checkpoints")) if "tmp" in n]  # the torn write is gone
   _assert_same_run(workdir, uninterrupted)
+
+
+def test_sdar_with_opid_killed_anywhere_resumes_to_the_uninterrupted_run(tmp_path, games_root, uninterrupted):
+  """SDAR's self-teacher with UCB-retrieved skills plus OPID's skill-shift advantage, warm-started from the GRPO run:
+  killed in a rollout, after the update (the teacher and OPID scored), and while writing a checkpoint. The bandit's
+  state and the bad-update count come back from the checkpoint record; the run equals an uninterrupted one."""
+  extra = {"warm_start_run": uninterrupted, "warm_start_step": 1, "grpo__iterations": 2, "skills__retrieval": "ucb",
+           "grpo__advantage": "opid", "opid__normalize": True, "sft__skill_fraction": 0.0}
+  start = functools.partial(_train, variant=":sdar", extra=extra, games_root=games_root)
+  _finish(start(str(tmp_path / "a")))
+  rng = random.Random(2)
+  out = _kill_anywhere(lambda **popen: start(str(tmp_path / "b"), **popen),
+                       [f"rollout/turn:{rng.randint(4, 6)}", "train/update:1", "checkpoint/write:1"])
+  assert "resumed from step 0" in out
+  _assert_same_run(str(tmp_path / "b"), str(tmp_path / "a"), iterations=2)
 
 
 def test_hf_folder_and_trajectory_layout(tmp_path, games_root):

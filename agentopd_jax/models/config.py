@@ -20,6 +20,9 @@ import jax.numpy as jnp
 _FAMILIES = ("qwen2", "qwen3", "llama")
 _DTYPES = ("float32", "bfloat16", "float16")
 ATTENTION_IMPLS = ("xla", "dot_product", "cudnn")
+# config.json's shape keys; num_key_value_heads and head_dim may also be null (derived from the others).
+_SIZE_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+              "num_key_value_heads", "head_dim", "max_position_embeddings")
 
 # transformers 5's config-class defaults for the keys we read: a key missing from config.json takes these values.
 _QWEN = dict(vocab_size=151936, hidden_size=4096, intermediate_size=22016, num_hidden_layers=32,
@@ -152,6 +155,10 @@ class ModelConfig:
     if stored_dtype not in (None, *_DTYPES):
       raise ValueError(f"config.json: dtype {stored_dtype!r} is not supported ({', '.join(_DTYPES)})")
     weights_dtype = stored_dtype or default_dtype
+    for key in _SIZE_KEYS:  # a string or float here would fail deep in shape arithmetic, naming no key
+      value = hf.get(key)
+      if not (type(value) is int and value > 0 or value is None and key in ("num_key_value_heads", "head_dim")):
+        raise ValueError(f"config.json: {key} must be a positive integer, got {value!r}")
     heads = hf["num_attention_heads"]
     head_dim = hf.get("head_dim") or hf["hidden_size"] // heads
     rope_theta, rope_scaling = _rope_from_hf(hf, head_dim)
@@ -307,10 +314,18 @@ def _check_full_attention(hf: dict, model_type: str) -> None:
 
 
 def _read_json(path: str) -> Optional[dict]:
+  """The JSON object in file `path`, None when there is no such file. A file that holds no JSON object is an error
+  naming it: json's own message gives only a line and column, and a list or string would fail later on `.get`."""
   if not os.path.isfile(path):
     return None
   with open(path) as f:
-    return json.load(f)
+    try:
+      value = json.load(f)
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+      raise ValueError(f"{path}: not valid JSON ({e})") from e
+  if not isinstance(value, dict):
+    raise ValueError(f"{path}: expected a JSON object, got {type(value).__name__}")
+  return value
 
 
 def token_ids(value) -> Tuple[int, ...]:

@@ -9,6 +9,7 @@ flax backend, which writes bfloat16 too.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from typing import Callable, Dict, Optional, Tuple
@@ -19,7 +20,7 @@ import ml_dtypes
 import numpy as np
 from jax.sharding import Mesh, SingleDeviceSharding
 
-from agentopd_jax.models.config import ModelConfig, token_ids
+from agentopd_jax.models.config import ModelConfig, _read_json, token_ids
 from agentopd_jax.models import transformer
 
 _ST_DTYPES = {
@@ -44,20 +45,33 @@ def read_safetensors(path: str) -> Dict[str, np.ndarray]:
     if info["dtype"] not in _ST_DTYPES:
       raise ValueError(f"{path}: tensor {name!r} has unsupported dtype {info['dtype']}")
     begin, end = info["data_offsets"]
-    out[name] = raw[begin:end].view(_ST_DTYPES[info["dtype"]]).reshape(info["shape"])
+    dtype = np.dtype(_ST_DTYPES[info["dtype"]])
+    if end > raw.size or end - begin != math.prod(info["shape"]) * dtype.itemsize:  # else numpy's reshape error
+      raise ValueError(f"{path}: tensor {name!r} ({info['dtype']} {info['shape']}) does not fit bytes {begin}..{end} "
+                       f"of the {raw.size}-byte data section (truncated or corrupt file)")
+    out[name] = raw[begin:end].view(dtype).reshape(info["shape"])
   return out
 
 
+# Weight files that are Python pickles: unpickling runs whatever code the file names, so they are never read.
+_PICKLED = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+
+
 def _hf_tensors(path: str) -> Dict[str, np.ndarray]:
-  index = os.path.join(path, "model.safetensors.index.json")
-  single = os.path.join(path, "model.safetensors")
-  if os.path.isfile(index):
-    with open(index) as f:
-      files = sorted(set(json.load(f)["weight_map"].values()))
-  elif os.path.isfile(single):
+  index = _read_json(os.path.join(path, "model.safetensors.index.json"))
+  if index is not None:
+    if not isinstance(index.get("weight_map"), dict):
+      raise ValueError(f"{path}/model.safetensors.index.json: no weight_map object")
+    files = sorted(set(index["weight_map"].values()))
+  elif os.path.isfile(os.path.join(path, "model.safetensors")):
     files = ["model.safetensors"]
   else:
     files = sorted(n for n in os.listdir(path) if n.endswith(".safetensors"))
+    pickled = sorted(n for n in os.listdir(path) if n.endswith(_PICKLED))
+    if pickled and not files:
+      raise FileNotFoundError(f"model folder {path!r} has only pickled weights ({', '.join(pickled)}); safetensors is "
+                              "required (unpickling can run arbitrary code): convert them, e.g. transformers' "
+                              "save_pretrained(folder, safe_serialization=True)")
     if not files:
       raise FileNotFoundError(f"no *.safetensors weights in model folder {path!r}")
   tensors = {}
@@ -139,7 +153,8 @@ def load_hf(path: str, mesh: Optional[Mesh] = None, rules: Optional[dict] = None
   if not os.path.isdir(path):
     raise FileNotFoundError(f"model folder {path!r} does not exist")
   tensors = _hf_tensors(path)
-  file_dtype = jnp.dtype(tensors["model.embed_tokens.weight"].dtype).name
+  embed = tensors.get("model.embed_tokens.weight")  # absent: the tensor checks below name it
+  file_dtype = jnp.dtype(embed.dtype).name if embed is not None else "float32"
   config = ModelConfig.from_hf_dir(path, default_dtype=file_dtype, **config_overrides)
   abstract = transformer.abstract_params(config)
   if mesh is not None:
@@ -149,19 +164,19 @@ def load_hf(path: str, mesh: Optional[Mesh] = None, rules: Optional[dict] = None
 
   params: dict = {}
   used = set()
-  for our_path, hf_name, to_ours, _ in _rules(config):
+  for our_path, hf_name, to_ours, to_hf in _rules(config):
     target = _get(abstract, our_path)
     stacked = our_path[0] == "layers"
     names = [hf_name.format(i=i) for i in range(config.num_layers)] if stacked else [hf_name]
-    missing = [n for n in names if n not in tensors]
-    if missing:
-      raise KeyError(f"{path}: checkpoint lacks tensor {missing[0]!r} required by config.json")
+    expected = _hf_shape(to_hf, target.shape[1:] if stacked else target.shape)
+    for name in names:  # every layer: one mis-shaped layer would otherwise fail inside the shard reader's np.stack
+      if name not in tensors:
+        tied = " (config.json has tie_word_embeddings=false)" if name == "lm_head.weight" else ""
+        raise KeyError(f"{path}: checkpoint lacks tensor {name!r} required by config.json{tied}")
+      if tensors[name].shape != expected:
+        raise ValueError(f"{path}: tensor {name!r} has shape {tensors[name].shape}, config.json implies {expected}")
     used.update(names)
     sources = [tensors[n] for n in names]
-    expected = target.shape[1:] if stacked else target.shape
-    got = to_ours(sources[0]).shape
-    if got != tuple(expected):
-      raise ValueError(f"{path}: tensor {names[0]!r} has shape {sources[0].shape}, config.json implies {expected}")
     params_dtype = target.dtype
     _set(params, our_path, jax.make_array_from_callback(
         target.shape, _get(shardings, our_path), _shard_reader(sources, to_ours, stacked, params_dtype)))
@@ -171,6 +186,11 @@ def load_hf(path: str, mesh: Optional[Mesh] = None, rules: Optional[dict] = None
   if unused:
     raise ValueError(f"{path}: unexpected tensors not used by the model, e.g. {unused[:3]}")
   return config, params
+
+
+def _hf_shape(to_hf: Callable, shape) -> Tuple[int, ...]:
+  """The HF-layout shape of one of our params' `shape`: `to_hf` of a zero-stride view, which touches no memory."""
+  return to_hf(np.broadcast_to(np.zeros((), np.int8), shape)).shape
 
 
 def _shard_reader(sources, to_ours: Callable, stacked: bool, dtype):

@@ -2,14 +2,16 @@
 tokenizer (the no-download default). Shared by every experiment entry point."""
 from __future__ import annotations
 
-import os
+import logging
 from typing import Optional, Sequence, Tuple
 
 import jax
 
 from agentopd_jax.models import hf_io, transformer
 from agentopd_jax.models.config import _DTYPES, ATTENTION_IMPLS, preset
-from agentopd_jax.models.tokenizer import BUILTIN_VOCAB_SIZE, builtin_tokenizer, load_tokenizer
+from agentopd_jax.models.tokenizer import BUILTIN_VOCAB_SIZE, builtin_tokenizer, has_tokenizer, load_tokenizer
+
+logger = logging.getLogger(__name__)
 
 VOCAB_MULTIPLE = 128  # a random-init vocabulary grown to fit the tokenizer is rounded up to this (matmul-friendly)
 
@@ -20,15 +22,19 @@ def load_model_and_tokenizer(model_cfg, tokenizer_path: str, seed: int, mesh, bu
   `dtype`, `attention_impl` and `remat` fields, when present, set those of the ModelConfig (`model_overrides`).
 
   The tokenizer is `tokenizer_path`'s, else `model_cfg.path`'s, else the built-in one with `builtin_vocab` BPE tokens,
-  also trained on `env_corpus` = (env texts, whole words) when given. A preset's random-init vocabulary grows to fit
-  the tokenizer (rounded up to a multiple of 128); pretrained weights must already fit it.
+  also trained on `env_corpus` = (env texts, whole words) when given. A model folder with any tokenizer file must load
+  its tokenizer (one with tokenizer.json deleted is an error, not a silent switch to the built-in one); one with none
+  falls back with a warning. A preset's random-init vocabulary grows to fit the tokenizer (rounded up to a multiple of
+  128); pretrained weights must already fit it.
   """
   overrides = model_overrides(model_cfg)  # first: a bad value fails before the tokenizer is trained
-  has_tokenizer = model_cfg.path and os.path.isfile(os.path.join(model_cfg.path, "tokenizer.json"))
-  tok_path = tokenizer_path or (model_cfg.path if has_tokenizer else "")
+  tok_path = tokenizer_path or (model_cfg.path if model_cfg.path and has_tokenizer(model_cfg.path) else "")
   if tok_path:
     tokenizer = load_tokenizer(tok_path)
   else:
+    if model_cfg.path:
+      logger.warning("model.path %s has no tokenizer files: using the built-in tokenizer (set tokenizer_path to "
+                     "the model's own)", model_cfg.path)
     texts, words = env_corpus or ((), ())
     tokenizer = builtin_tokenizer(vocab_size=builtin_vocab, env_texts=texts, whole_words=words)
   if model_cfg.path:
@@ -42,7 +48,9 @@ def load_model_and_tokenizer(model_cfg, tokenizer_path: str, seed: int, mesh, bu
     params = jax.device_put(transformer.init_params(config, jax.random.key(seed)),
                             transformer.param_shardings(config, mesh))
   if len(tokenizer) > config.vocab_size:
-    raise ValueError(f"tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {config.vocab_size}")
+    raise ValueError(f"tokenizer ({tok_path or 'built-in'}) has {len(tokenizer)} tokens but the model's vocab_size "
+                     f"({model_cfg.path or model_cfg.preset}) is {config.vocab_size}: ids past "
+                     f"{config.vocab_size - 1} would have no embedding row")
   return config, params, tokenizer
 
 

@@ -7,7 +7,8 @@ feedback and commands), with Qwen's ChatML special tokens and chat template. Byt
 means *every* string (CJK, U+2011, emoji) encodes losslessly, only less compactly.
 
 Public API:
-    load_tokenizer(path)                      local folder -> tokenizer (FileNotFoundError if absent)
+    load_tokenizer(path)                      local folder's tokenizer.json -> tokenizer (FileNotFoundError if absent)
+    has_tokenizer(path)                       whether a folder holds any tokenizer file
     apply_chat_template(tok, messages)        -> list[int]   (hides v5's BatchEncoding return)
     render_chat(tok, messages)                -> str
     default_corpus()                          deterministic training texts
@@ -61,8 +62,9 @@ BUILTIN_VERSION = "v2"
 # Room for every environment name and command word as one token next to the chat, WebShop and search vocabulary.
 BUILTIN_VOCAB_SIZE = 2048
 
-# Files whose presence marks a folder as holding a Hugging Face tokenizer.
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+# Files whose presence marks a folder as meant to hold a Hugging Face tokenizer (`load_tokenizer` needs tokenizer.json).
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "tokenizer.model",
+                    "special_tokens_map.json")
 
 
 # --------------------------------------------------------------------------------------------
@@ -71,19 +73,31 @@ _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
 def load_tokenizer(path: str | os.PathLike):
-  """Load a tokenizer from a local folder only (never the Hub).
+  """Load a tokenizer from a local folder's tokenizer.json only (never the Hub).
 
   Checked up front because AutoTokenizer, given a missing folder, treats the string as a Hub
-  repo id and fails with a confusing network/offline error instead of naming the path.
+  repo id and fails with a confusing network/offline error instead of naming the path; and,
+  given a model folder without tokenizer.json, builds the config's tokenizer class with no
+  vocabulary (a 3-token Qwen2Tokenizer) instead of failing. Every supported family (Qwen2,
+  Qwen2.5, Qwen3, Llama 3) ships tokenizer.json.
   """
   from transformers import AutoTokenizer  # heavy import (~3 s); only pay it when used
 
   folder = Path(path).expanduser()
   if not folder.is_dir():
     raise FileNotFoundError(f"tokenizer folder not found: {folder}")
-  if not any((folder / name).is_file() for name in _TOKENIZER_FILES):
-    raise FileNotFoundError(f"no tokenizer files ({', '.join(_TOKENIZER_FILES)}) in folder: {folder}")
-  return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+  if not (folder / "tokenizer.json").is_file():
+    raise FileNotFoundError(f"no tokenizer.json in tokenizer folder: {folder}")
+  try:
+    return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+  except Exception as e:  # JSONDecodeError, KeyError, TypeError, tokenizers' own: none names the file
+    raise ValueError(f"{folder / 'tokenizer.json'}: cannot load the tokenizer ({type(e).__name__}: {e})") from e
+
+
+def has_tokenizer(path: str | os.PathLike) -> bool:
+  """Whether folder `path` holds any Hugging Face tokenizer file: a model folder that does is meant to be loaded with
+  its own tokenizer, whole or not (`load_tokenizer` then names what is missing)."""
+  return any((Path(path) / name).is_file() for name in _TOKENIZER_FILES)
 
 
 def render_chat(tokenizer, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True,

@@ -255,6 +255,51 @@ def paper_overrides(c: ml_collections.ConfigDict, variant: str) -> ml_collection
   return c
 
 
+# Integer fields and their least value. ml_collections refuses unknown fields and values of the wrong type; nothing
+# else reads these before the model is loaded and the env workers are spawned, and group_size 0 or a negative batch
+# would then fail deep in a shape error, or not at all.
+_AT_LEAST = {
+    "grpo.iterations": 0, "grpo.tasks_per_iteration": 1, "grpo.group_size": 1, "grpo.mini_batch_size": 1,
+    "grpo.micro_batch_size": 1, "sft.steps": 0, "sft.demos": 0, "sft.batch_size": 1, "sft.micro_batch_size": 1,
+    "sft.warmup_steps": 0, "sft.max_demo_steps": 0, "validation.num_tasks": 1, "validation.attempts": 1,
+    "validation.every": 1, "checkpoint.keep": 0, "env.num_workers": 1, "env.history_length": 0,
+    "optim.max_bad_updates": 1,
+}
+
+
+def check_config(c: ml_collections.ConfigDict) -> None:
+  """One clear error naming the first bad field of run config `c`, before anything is loaded or spawned: the
+  ranges above, `mesh_shape`, and the registry names (`env.name`, `grpo.advantage`) and config sections (loss, optim,
+  rollout, teacher, sampling; opid when the advantage reads it) that a run would otherwise first look up minutes in,
+  after the model loads or, for `grpo.advantage`, after the SFT warm start."""
+  from agentopd_jax.envs import registry
+  from agentopd_jax.objectives.advantages import ADVANTAGE_ESTIMATORS, SKILL_SHIFT_ESTIMATORS
+  from agentopd_jax.objectives.registry import LossConfig
+  from agentopd_jax.rollout.engine import RolloutConfig
+  from agentopd_jax.teachers.hindsight import OpidConfig
+  from agentopd_jax.teachers.privileged import TeacherConfig
+  from agentopd_jax.training.train_step import OptimConfig
+  from agentopd_jax.training.trainer import config_dataclass, validation_sampling
+
+  for name, least in _AT_LEAST.items():
+    section, field = name.split(".")
+    value = c[section][field]
+    if type(value) is not int or value < least:
+      raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+  if len(c.mesh_shape) != 3 or any(type(n) is not int or n == 0 or n < -1 for n in c.mesh_shape):
+    raise ValueError(f"mesh_shape must be 3 positive integers (data, fsdp, tensor), one of them may be -1; "
+                     f"got {tuple(c.mesh_shape)}")
+  registry.get(c.env.name)
+  if c.grpo.advantage not in ADVANTAGE_ESTIMATORS:
+    raise ValueError(f"grpo.advantage must be one of {sorted(ADVANTAGE_ESTIMATORS)}, got {c.grpo.advantage!r}")
+  for cls, section in ((LossConfig, c.loss), (OptimConfig, c.optim), (RolloutConfig, c.rollout),
+                       (TeacherConfig, c.teacher)):
+    config_dataclass(cls, section)
+  if c.grpo.advantage in SKILL_SHIFT_ESTIMATORS:
+    config_dataclass(OpidConfig, c.opid)
+  validation_sampling(c)
+
+
 # SDAR (methods.md §4) and the baselines of its table, each a `loss.objective` of the same GRPO run.
 SKILL_METHODS = ("sdar", "grpo_opsd", "opsd", "rlsd", "skill_sd", "skill_grpo")
 

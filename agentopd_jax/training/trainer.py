@@ -46,7 +46,7 @@ from agentopd_jax.scoring.teacher_signals import recompute_behaviour
 from agentopd_jax.teachers.hindsight import HindsightTeacher, OpidConfig
 from agentopd_jax.teachers.privileged import SkillContext, Teacher, TeacherConfig, episode_skills, signal_metrics
 from agentopd_jax import faults
-from agentopd_jax.training import data
+from agentopd_jax.training import data, defaults
 from agentopd_jax.training.checkpoints import CheckpointPool, run_params
 from agentopd_jax.training.logging import LiveReport, MetricsLogger, NullLogger, plot_curves, progress
 from agentopd_jax.training.train_step import (BadUpdates, OptimConfig, init_state, make_minibatches, make_optimizer,
@@ -138,6 +138,7 @@ class Run:
   """Everything a run builds once: model, tokenizer, games, env workers, engines, pool, logger."""
 
   def __init__(self, c):
+    defaults.check_config(c)
     self.c = c
     self.workdir = Path(c.workdir)
     self.primary = distributed.is_primary()

@@ -3,15 +3,16 @@
 Both layouts are `<root>/json_2.1.1/{train,valid_seen,valid_unseen}/<task>-<Obj>-<mrecep>-<Recep>-<scene>/<trial>/`
 holding `traj_data.json` and `game.tw-pddl`. Like alfworld's `AlfredTWEnv.collect_game_files`, a game is skipped when
 its path mentions `movable` or `Sliced`, its task type is not requested, its game file is missing, or the file does not
-say `"solvable": true`. Unlike it, the list is sorted, so a split reads the same on every machine.
+say `"solvable": true`. Unlike it, the list is sorted, so a split reads the same on every machine, and a damaged
+`traj_data.json` or game file is an error naming it (`datafiles.DataFileError`) rather than a bare KeyError.
 """
 from __future__ import annotations
 
-import json
 import os
 from collections import defaultdict
 from typing import Dict, Iterable, List, Optional
 
+from agentopd_jax.envs import datafiles
 from agentopd_jax.envs.alfworld.vocab import TASK_TYPES
 
 SPLITS = ("train", "valid_seen", "valid_unseen")  # alfworld's train / eval_in_distribution / eval_out_of_distribution
@@ -37,9 +38,9 @@ def game_files(split: str, root: Optional[str] = None, task_types: Optional[Iter
   for folder, _, files in os.walk(base):
     if "traj_data.json" not in files or "movable" in folder or "Sliced" in folder:
       continue
-    with open(os.path.join(folder, "traj_data.json")) as f:
-      if json.load(f)["task_type"] not in wanted:
-        continue
+    traj = os.path.join(folder, "traj_data.json")
+    if datafiles.field(datafiles.read_json(traj), "task_type", str, traj) not in wanted:
+      continue
     path = os.path.join(folder, "game.tw-pddl")
     if os.path.exists(path) and _solvable(path):
       out.append(path)
@@ -47,8 +48,7 @@ def game_files(split: str, root: Optional[str] = None, task_types: Optional[Iter
 
 
 def _solvable(path: str) -> bool:
-  with open(path) as f:
-    return bool(json.load(f).get("solvable"))
+  return bool(datafiles.field(datafiles.read_json(path), "solvable", bool, path, required=False))
 
 
 def by_task_type(gamefiles: Iterable[str]) -> Dict[str, List[str]]:

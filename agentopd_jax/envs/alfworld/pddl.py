@@ -23,17 +23,24 @@ def mangle(alfred_id: str) -> str:
 
 
 def parse_sexp(text: str):
-  """Nested lists of lower-cased tokens; `;` starts a comment."""
+  """Nested lists of lower-cased tokens; `;` starts a comment. Text that is not one balanced parenthesised
+  expression (a truncated file, say) is a ValueError."""
   tokens = re.findall(r"[()]|[^\s()]+", re.sub(r";[^\n]*", "", text).lower())
   stack: List[list] = [[]]
   for tok in tokens:
     if tok == "(":
       stack.append([])
     elif tok == ")":
+      if len(stack) == 1:
+        raise ValueError("unbalanced ')'")
       done = stack.pop()
       stack[-1].append(done)
     else:
       stack[-1].append(tok)
+  if len(stack) > 1:
+    raise ValueError(f"{len(stack) - 1} unclosed '('")
+  if len(stack[0]) != 1 or not isinstance(stack[0][0], list):
+    raise ValueError("expected one parenthesised expression")
   return stack[0][0]
 
 
@@ -43,7 +50,9 @@ def typed_list(items: Sequence[str]) -> List[Tuple[str, str]]:
   it = iter(items)
   for tok in it:
     if tok == "-":
-      kind = next(it)
+      kind = next(it, None)
+      if not isinstance(kind, str):
+        raise ValueError(f"a '-' without a type after {pending}")
       out += [(name, kind) for name in pending]
       pending = []
     else:
@@ -59,9 +68,19 @@ class Problem:
 
 
 def parse_problem(text: str) -> Problem:
-  sections = {part[0]: part[1:] for part in parse_sexp(text)[1:] if isinstance(part, list)}
-  init = [tuple(atom) for atom in sections.get(":init", []) if atom[0] != "="]
-  return Problem(dict(typed_list(sections.get(":objects", []))), init, sections[":goal"][0])
+  """The objects, initial atoms and goal of a `(define (problem ...) ...)`; anything else is a ValueError."""
+  parts = [part for part in parse_sexp(text)[1:] if isinstance(part, list) and part and isinstance(part[0], str)]
+  sections = {part[0]: part[1:] for part in parts}
+  if not all(isinstance(name, str) for name in sections.get(":objects", [])):
+    raise ValueError("(:objects ...) holds a parenthesised expression, not names and types")
+  init = [atom for atom in sections.get(":init", []) if atom[:1] != ["="]]  # numeric fluents are dropped
+  bad = [atom for atom in init if not (isinstance(atom, list) and atom and all(isinstance(t, str) for t in atom))]
+  if bad:
+    raise ValueError(f"(:init ...) holds {bad[0]!r}, not an atom")
+  if len(sections.get(":goal", ())) != 1 or not isinstance(sections[":goal"][0], list):
+    raise ValueError("no (:goal (...)) section")
+  return Problem(dict(typed_list(sections.get(":objects", []))), [tuple(atom) for atom in init],
+                 sections[":goal"][0])
 
 
 def facts_of(atoms) -> Facts:

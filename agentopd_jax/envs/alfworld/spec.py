@@ -15,6 +15,7 @@ import zlib
 from pathlib import Path
 from typing import List, Optional, Tuple
 
+from agentopd_jax.envs import datafiles
 from agentopd_jax.envs.alfworld.text import AlfworldText
 from agentopd_jax.envs.registry import EnvSpec, SkillSpec, register, shipped_skill_bank
 from agentopd_jax.envs.verl_agent.metrics import alfworld_task_type
@@ -76,8 +77,7 @@ def expert_actions(gamefile: str, expert: str = "planner") -> List[str]:
 
   if expert not in EXPERTS:
     raise ValueError(f"sft.expert must be one of {EXPERTS}, got {expert!r}")
-  with open(gamefile) as f:
-    walkthrough = json.load(f).get("walkthrough")
+  walkthrough = datafiles.field(datafiles.read_json(gamefile), "walkthrough", list, gamefile, required=False)
   if expert == "planner" and walkthrough:
     return list(walkthrough)
   engine = FastEngine(gamefile)

@@ -7,11 +7,11 @@ arguments of the initial facts, exactly the set TextWorld builds its entity tabl
 """
 from __future__ import annotations
 
-import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Dict, FrozenSet, List, Mapping, Optional, Tuple, Union
 
+from agentopd_jax.envs import datafiles
 from agentopd_jax.envs.alfworld import grammar as tw_grammar
 from agentopd_jax.envs.alfworld import pddl, vocab
 
@@ -74,15 +74,26 @@ class World:
 
 
 def load(game: Union[str, Mapping]) -> World:
-  """Read a `game.tw-pddl` file (path or its parsed JSON)."""
+  """Read a `game.tw-pddl` file (path or its parsed JSON); one that is damaged or not an ALFWorld game is a
+  `DataFileError` naming the file and the field at fault."""
   path = game if isinstance(game, str) else None
+  where = path or "ALFWorld game"
   if path is not None:
-    with open(path) as f:
-      game = json.load(f)
-  problem = pddl.parse_problem(game["pddl_problem"])
+    game = datafiles.read_json(path)
+  text, grammar = (datafiles.field(game, key, str, where) for key in ("pddl_problem", "grammar"))
+  try:
+    problem = pddl.parse_problem(text)
+  except ValueError as e:
+    raise datafiles.DataFileError(f"{where}: field 'pddl_problem' is not a PDDL problem: {e}") from None
   facts = pddl.facts_of(problem.init)
-  grammar = game["grammar"]
-  rules = tw_grammar.rules(grammar)
+  if not facts.get("atlocation"):
+    raise datafiles.DataFileError(f"{where}: field 'pddl_problem' places no agent (no atLocation fact)")
+  try:  # the grammar's rules are JSON blocks of {name: [{"rhs": text}, ...]}
+    rules = tw_grammar.rules(grammar)
+    task_text = tw_grammar.rule_text(grammar, "task")
+  except (ValueError, KeyError, IndexError, TypeError) as e:
+    raise datafiles.DataFileError(f"{where}: field 'grammar' is not a TextWorld grammar with a 'task' rule "
+                                  f"({type(e).__name__}: {e})") from None
   entities = {arg for args_set in facts.values() for args in args_set for arg in args}
   recep_locs = sorted(facts.get("receptacleatlocation", ()))
   receps_at: Dict[str, List[str]] = defaultdict(list)
@@ -94,7 +105,7 @@ def load(game: Union[str, Mapping]) -> World:
   return World(
       gamefile=path,
       version=tw_grammar.version_of(grammar),
-      task_text=tw_grammar.rule_text(grammar, "task"),
+      task_text=task_text,
       help_text=tw_grammar.rule_text(grammar, "help.feedback") if "help.feedback" in rules else None,
       objects=problem.objects,
       init=facts,

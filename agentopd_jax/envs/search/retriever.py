@@ -12,20 +12,23 @@ import logging
 import threading
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
+from agentopd_jax.envs import datafiles
+
 K1, B = 0.9, 0.4  # pyserini's LuceneSearcher defaults, which Search-R1's BM25 retriever uses
 
 
 def read_corpus(path: str) -> List[Dict[str, str]]:
-  """wiki-18-format JSONL (`{"id": "0", "contents": "\\"Title\\"\\ntext"}` per line)."""
+  """wiki-18-format JSONL (`{"id": "0", "contents": "\\"Title\\"\\ntext"}` per line; a row without `id` is numbered
+  by its place, as before: Search-R1's server needs only `contents`). A line that is not such a row, or a file
+  without any, is a `DataFileError` naming the file and line."""
   docs = []
-  with open(path, encoding="utf-8") as f:
-    for n, line in enumerate(f, 1):
-      if not line.strip():
-        continue
-      row = json.loads(line)
-      if "contents" not in row:
-        raise ValueError(f"{path}:{n}: corpus rows need a 'contents' field (wiki-18 format), got {sorted(row)}")
-      docs.append({"id": str(row.get("id", len(docs))), "contents": row["contents"]})
+  for n, row in datafiles.read_jsonl(path):
+    where = f"{path}:{n}"
+    doc_id = datafiles.field(row, "id", (str, int), where, required=False)
+    docs.append({"id": str(len(docs) if doc_id is None else doc_id),
+                 "contents": datafiles.field(row, "contents", str, where)})
+  if not docs:
+    raise datafiles.DataFileError(f"{path}: the corpus holds no documents")
   return docs
 
 

@@ -13,6 +13,7 @@ import json
 import os
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from agentopd_jax.envs import datafiles
 from agentopd_jax.envs.search.prompts import make_prefix
 
 DATA_SOURCES = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
@@ -87,22 +88,27 @@ _QUESTION_MARK = "Question: "
 def task_from_row(row: Mapping[str, Any], data_source: str = "") -> SearchTask:
   """A task from a Search-R1 / verl-agent parquet row, a FlashRAG JSONL row ({id, question, golden_answers}) or one
   of our rows. `data_source` fills in rows that lack one (FlashRAG files are one dataset per file)."""
-  env_kwargs = row.get("env_kwargs") or {}
+  env_kwargs = _mapping(row, "env_kwargs")
   question = row.get("question") or env_kwargs.get("question")
   if not question and row.get("prompt") is not None:
-    content = list(row["prompt"])[-1]["content"]
+    messages = list(row["prompt"])
+    content = messages[-1].get("content") if messages and isinstance(messages[-1], Mapping) else None
+    if not isinstance(content, str):
+      raise ValueError("field 'prompt' must be a list of chat messages, the last with a 'content' string")
     question = content[content.rfind(_QUESTION_MARK) + len(_QUESTION_MARK):] if _QUESTION_MARK in content else content
   if not question:
     raise ValueError(f"row has no question (looked at question, env_kwargs.question, prompt): {sorted(row)}")
   golden = row.get("golden_answers")
   if golden is None:
-    truth = (row.get("reward_model") or {}).get("ground_truth") or env_kwargs.get("ground_truth") or {}
+    truth = _mapping(row, "reward_model").get("ground_truth") or env_kwargs.get("ground_truth") or {}
     golden = truth.get("target") if isinstance(truth, Mapping) else truth
   if golden is None:
     raise ValueError(f"row has no golden answers (golden_answers or reward_model.ground_truth.target): {sorted(row)}")
+  if not isinstance(golden, (str, list, tuple)):
+    raise ValueError(f"golden answers must be a string or a list of strings, got {type(golden).__name__}")
   golden = [golden] if isinstance(golden, str) else list(golden)
   source = row.get("data_source") or env_kwargs.get("data_source") or data_source
-  index = (row.get("extra_info") or {}).get("index")
+  index = _mapping(row, "extra_info").get("index")
   row_id = str(row.get("id") or (index if index is not None else ""))
   if row_id and source and not row_id.startswith(f"{source}-"):
     row_id = f"{source}-{row_id}"  # FlashRAG ids ("test_0") repeat across datasets; problem ids must not
@@ -112,26 +118,53 @@ def task_from_row(row: Mapping[str, Any], data_source: str = "") -> SearchTask:
                     id=str(row_id), plan=plan)
 
 
+def _mapping(row: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+  """An optional nested object of a row ({} when absent)."""
+  value = row.get(key) or {}
+  if not isinstance(value, Mapping):
+    raise ValueError(f"field {key!r} must be an object, got {type(value).__name__}")
+  return value
+
+
 def read_rows(path: str) -> List[Dict[str, Any]]:
-  """Rows of a .parquet (needs pyarrow), .jsonl or .json file."""
+  """Rows of a .parquet (needs pyarrow), .jsonl or .json file. A file that cannot be read as such, or holds no rows
+  (JSON objects), is a `DataFileError` naming it."""
   if not os.path.exists(path):
     raise FileNotFoundError(f"no such dataset file: {path}")
   if path.endswith(".parquet"):
     try:
+      import pyarrow
       import pyarrow.parquet as pq
     except ImportError as e:
       raise ImportError(f"reading {path} needs pyarrow ({e}); `pip install pyarrow`, or convert it to JSONL") from e
-    return pq.read_table(path).to_pylist()
-  with open(path, encoding="utf-8") as f:
-    if path.endswith(".jsonl"):
-      return [json.loads(line) for line in f if line.strip()]
-    data = json.load(f)
-  return data if isinstance(data, list) else [data]
+    try:
+      rows = pq.read_table(path).to_pylist()
+    except pyarrow.ArrowException as e:
+      raise datafiles.DataFileError(f"{path}: not a readable parquet file: {e}") from None
+  elif path.endswith(".jsonl"):
+    rows = [row for _, row in datafiles.read_jsonl(path)]
+  else:
+    data = datafiles.read_json(path)
+    rows = data if isinstance(data, list) else [data]
+  if not rows:
+    raise datafiles.DataFileError(f"{path}: the file holds no rows")
+  for i, row in enumerate(rows, 1):
+    datafiles.expect(row, Mapping, f"{path}: row {i}")
+  return rows
 
 
 def load_tasks(path: str, data_source: str = "", data_sources: Optional[Sequence[str]] = None) -> List[SearchTask]:
-  """Tasks of a Search-R1/verl-agent parquet, a FlashRAG JSONL, or one of our files; `data_sources` filters."""
-  tasks = [task_from_row(row, data_source) for row in read_rows(path)]
+  """Tasks of a Search-R1/verl-agent parquet, a FlashRAG JSONL, or one of our files; `data_sources` filters. A row
+  that is not a question is a `DataFileError` naming the file and the row (counting non-blank lines in JSONL)."""
+  tasks = []
+  for i, row in enumerate(read_rows(path), 1):
+    try:
+      tasks.append(task_from_row(row, data_source))
+    except ValueError as e:
+      raise datafiles.DataFileError(f"{path}: row {i}: {e}") from None
+    except (KeyError, TypeError) as e:  # only `Plan.from_dict` indexes without checking
+      raise datafiles.DataFileError(f"{path}: row {i}: field 'metadata' is not a plan ({type(e).__name__}: {e})"
+                                    ) from None
   return [t for t in tasks if data_sources is None or t.data_source in data_sources]
 
 

@@ -18,6 +18,7 @@ import string
 from decimal import Decimal
 from typing import Dict, List, Optional, Tuple
 
+from agentopd_jax.envs import datafiles
 from agentopd_jax.envs.webshop import vocab
 
 # (items, attributes) file names per catalogue size, as in WebShop's utils.py and verl-agent's `use_small`.
@@ -134,17 +135,53 @@ def write_files(directory: str, items: List[dict], attributes: Dict[str, dict]) 
 # ------------------------------------------------------------------------------------------------ loading
 def read_files(data_dir: str, small: bool = True, human_goals: bool = False
                ) -> Tuple[List[dict], Dict[str, dict], Optional[Dict[str, list]]]:
-  """(items, attributes, human instructions or None) from a WebShop `data/` folder."""
-  items_file, attrs_file = DATA_FILES[small]
-  with open(os.path.join(data_dir, items_file)) as f:
-    items = json.load(f)
-  with open(os.path.join(data_dir, attrs_file)) as f:
-    attributes = json.load(f)
+  """(items, attributes, human instructions or None) from a WebShop `data/` folder, every record checked for the
+  fields `process` and the goals read, so a damaged or foreign file is one `DataFileError` naming the file, the
+  record and the field (WebShop itself would stop on a KeyError somewhere in its product loop)."""
+  items_path, attrs_path = (os.path.join(data_dir, name) for name in DATA_FILES[small])
+  items = datafiles.expect(datafiles.read_json(items_path), list, items_path)
+  for i, item in enumerate(items):
+    _check_item(item, f"{items_path}: item {i}")
+  attributes = datafiles.expect(datafiles.read_json(attrs_path), dict, attrs_path)
+  for asin, info in attributes.items():
+    _check_attributes(info, f"{attrs_path}: {asin!r}")
   human = None
   if human_goals:
-    with open(os.path.join(data_dir, HUMAN_FILE)) as f:
-      human = json.load(f)
+    human_path = os.path.join(data_dir, HUMAN_FILE)
+    human = datafiles.expect(datafiles.read_json(human_path), dict, human_path)
+    for asin, instructions in human.items():
+      for j, ins in enumerate(datafiles.expect(instructions, list, f"{human_path}: {asin!r}")):
+        where = f"{human_path}: {asin!r} instruction {j}"
+        datafiles.field(ins, "instruction", str, where)
+        datafiles.field(ins, "instruction_attributes", list, where)
+        datafiles.field(ins, "instruction_options", (list, dict), where)
   return items, attributes, human
+
+
+def _check_item(item, where: str) -> None:
+  for key in ("asin", "name", "full_description", "category", "query", "product_category"):
+    datafiles.field(item, key, str, where)
+  where = f"{where} (asin {item['asin']})"
+  bullets = datafiles.field(item, "small_description", (str, list), where)
+  if isinstance(bullets, list):
+    for bullet in bullets:
+      datafiles.expect(bullet, str, f"{where}: field 'small_description' entry")
+  try:
+    _parse_pricing(datafiles.field(item, "pricing", str, where, required=False))
+  except ArithmeticError:
+    raise datafiles.DataFileError(f"{where}: field 'pricing' {item['pricing']!r} has an amount that is not a "
+                                  "number") from None
+  options = datafiles.field(item, "customization_options", dict, where, required=False) or {}
+  for name, contents in options.items():
+    for choice in datafiles.expect(contents, (list, type(None)), f"{where}: option {name!r}") or ():
+      datafiles.field(choice, "value", str, f"{where}: option {name!r}")
+
+
+def _check_attributes(info, where: str) -> None:
+  datafiles.field(info, "attributes", list, where, required=False)
+  if datafiles.field(info, "instruction", str, where, required=False) is not None:
+    if not datafiles.field(info, "instruction_attributes", list, where):  # goals average over them
+      raise datafiles.DataFileError(f"{where}: field 'instruction_attributes' is empty")
 
 
 def _parse_pricing(pricing) -> Tuple[List[float], str]:
