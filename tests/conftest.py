@@ -128,3 +128,16 @@ def tiny_alfworld_config(variant, workdir, games_root, **overrides):
     section, field = key.split("__")
     c[section][field] = value
   return c
+
+
+def raw_exchange(port: int, head: bytes) -> bytes:
+  """Sends a request head (no body) to 127.0.0.1:`port` on a raw socket; everything the server sends until it closes
+  (for the HTTP servers' guards, which must answer before reading a body)."""
+  import socket
+
+  with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+    sock.sendall(head)
+    reply = b""
+    while chunk := sock.recv(65536):
+      reply += chunk
+  return reply

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import raw_exchange
 from agentopd_jax.envs.search.client import RetrievalClient, RetrievalError, health
 from agentopd_jax.envs.search.retriever import BM25Retriever
 from agentopd_jax.envs.search.server import RetrievalHTTPServer, _parser, serve
@@ -126,17 +127,6 @@ def test_keep_alive_connection_survives_errors(url):
     assert sock.recv(100).startswith(b"HTTP/1.1 400 ")
 
 
-def raw_exchange(url, head: bytes) -> bytes:
-  """Sends a request head (no body) on a raw socket; everything the server sends until it closes."""
-  parts = urllib.parse.urlsplit(url)
-  with socket.create_connection((parts.hostname, parts.port), timeout=5) as sock:
-    sock.sendall(head)
-    reply = b""
-    while chunk := sock.recv(65536):
-      reply += chunk
-  return reply
-
-
 def test_binds_loopback_by_default(url):
   assert urllib.parse.urlsplit(url).hostname == "127.0.0.1"
   assert _parser().parse_args([]).host == "127.0.0.1"
@@ -188,7 +178,7 @@ def test_body_and_batch_limits(guarded):
                                  ("X-No-Length: 1", 411, "Content-Length"),
                                  ("Content-Length: 5_0", 400, "Content-Length"),
                                  ("Transfer-Encoding: chunked", 411, "chunked")]:
-    reply = raw_exchange(guarded, head.format(header).encode())  # returns: the server closed the connection
+    reply = raw_exchange(urllib.parse.urlsplit(guarded).port, head.format(header).encode())  # returns: the server closed the connection
     assert reply.startswith(f"HTTP/1.1 {status} ".encode()), reply
     assert needle in json.loads(reply.split(b"\r\n\r\n", 1)[1])["detail"]
   assert post(guarded, None, raw=b"{not json", key=KEY)[0] == 400

@@ -17,6 +17,7 @@ import jax
 import numpy as np
 import pytest
 
+from conftest import raw_exchange
 from agentopd_jax.models.tokenizer import apply_chat_template, build_tokenizer
 from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.sampling.sampler import Sampler, SamplingParams
@@ -174,16 +175,6 @@ def test_binds_loopback_by_default(served):
   assert inspect.signature(Server).parameters["host"].default == "127.0.0.1"
 
 
-def _raw(port, head: bytes) -> bytes:
-  """Sends a request head (no body) on a raw socket; everything the server sends until it closes."""
-  with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-    sock.sendall(head)
-    reply = b""
-    while chunk := sock.recv(65536):
-      reply += chunk
-  return reply
-
-
 def test_api_key_and_request_limits(served):
   """A second server over the same model with a key, a 2 KiB body limit and at most 2 messages; nothing generates."""
   server = Server(served[0].model, NAME, port=0, max_new_tokens=16, api_key=KEY, max_body_bytes=2048, max_messages=2)
@@ -201,7 +192,7 @@ def test_api_key_and_request_limits(served):
     for header, status, code in [("Content-Length: 100000000", 413, "body_too_large"),  # refused unread
                                  ("X-No-Length: 1", 411, "length_required"),
                                  ("Content-Length: -1", 400, "invalid_content_length")]:
-      reply = _raw(port, head.format(KEY, header).encode())  # returns: the server closed the connection
+      reply = raw_exchange(port, head.format(KEY, header).encode())  # returns: the server closed the connection
       assert reply.startswith(f"HTTP/1.1 {status} ".encode()), reply
       error = json.loads(reply.split(b"\r\n\r\n", 1)[1])["error"]
       assert set(error) == {"message", "type", "param", "code"} and error["code"] == code
