@@ -37,7 +37,7 @@ EXTRAS = {
     # resolves to a multi-GB CUDA build.
     "torch": ["torch==2.13.0"],
     # Tests exercise every environment and data path, so they pull the env extras too (nothing is skipped in CI).
-    "test": ["torch==2.13.0", "pytest>=8", "hypothesis>=6.100"] + WEBSHOP + DATA + ANALYZER + RAY,
+    "test": ["torch==2.13.0", "pytest>=8", "pytest-xdist==3.8.0", "hypothesis>=6.100"] + WEBSHOP + DATA + ANALYZER + RAY,
     "data": DATA,
     "envs": ["textworld[pddl]==1.7.0", "alfworld==0.4.2"] + WEBSHOP,
     "retrieval": RETRIEVAL,

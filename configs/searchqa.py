@@ -20,6 +20,8 @@ def _cpu():
   c.env.valid_sources = ("nq", "hotpotqa")  # test sources of the validation panel (() = all seven): on CPU the two
                                              # Search-R1 trains on, since the tiny model learns no other style
   c.env.topk = 3
+  c.env.search_timeout_s = 60.0        # search_url: each request's timeout, and
+  c.env.search_retries = 6             # its retries (exponential back-off 0.5 s ... 8 s: 23.5 s of waits in all)
   c.env.obs_format = "verl-agent"      # or "search-r1" (its loop and <information> text)
   c.env.max_turns = 4
   c.env.history_length = 4

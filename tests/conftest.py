@@ -1,9 +1,10 @@
-"""Test setup: 8 fake CPU devices so sharding is exercised without accelerators, and one persistent compilation cache
-for the session.
+"""Test setup: 8 fake CPU devices so sharding is exercised without accelerators, one persistent compilation cache
+for the session, and a module order that keeps both pytest-xdist workers busy to the end.
 
 XLA reads the flag once, when the backend starts, so it must be set before anything imports jax. The cache (JAX's own
 `JAX_COMPILATION_CACHE_DIR`, inherited by the training subprocesses the tests start) lets a test, or a restarted run,
-load an executable an earlier one compiled for the same computation instead of compiling it again.
+load an executable an earlier one compiled for the same computation instead of compiling it again. Under
+`pytest -n 2` the controller sets it before starting its workers, so they share one cache too.
 """
 import atexit
 import os
@@ -60,6 +61,23 @@ def hf_checkpoints(tmp_path_factory):
     model.save_pretrained(path)
     out[family] = (model, str(path))
   return out
+
+
+# The longest modules, longest first (by `--durations` on 2 cores):
+# `pytest -n 2 --dist loadfile` hands whole modules to the two workers in collection order, so these go first and
+# the short ones fill in around them.
+LONGEST_FIRST = ("test_trainer.py", "test_multihost.py", "test_sdar_trainer.py", "test_alfworld_engines.py",
+                 "test_env_configs.py", "test_opid_trainer.py", "test_sweep.py")
+
+
+def pytest_configure(config):
+  if hasattr(config.option, "loadscopereorder"):  # pytest-xdist: keep the order below, not "most tests first"
+    config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config, items):
+  rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+  items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each module keeps its own order
 
 
 def pytest_sessionstart(session):

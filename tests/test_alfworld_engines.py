@@ -1,14 +1,16 @@
 """Differential test: the fast engine must print what the real engine (TextWorld PddlEnv + alfworld wrappers) prints.
 
 On generated games of all six task types, all three splits, both text versions and every room layout the generator
-knows (game i is in layout i; games past the last layout revisit them in the other text version), both engines are
+knows (game i is in layout i, in the text versions by turns; games past the last layout, with more games asked for,
+revisit them in the other text version), both engines are
 driven in lockstep by random admissible actions, the expert, and adversarial strings (inadmissible, miscased, empty,
 padded, the other version's put command); observation, admissible list, score, done and won must be equal after every
 step. In layouts where several receptacles share a spot, the episode opens with a shuffler that takes objects out of
-them, moves them among them and `look`s there (what `look` says depends on that history). Two games run into the
-50-step limit, and every episode that ends, won or out of steps, is played on for a few steps, which must repeat its
+them, moves them among them and `look`s there (what `look` says depends on that history). Two games, one per text
+version, fetch a knife and slice something (which random play rarely brings together) and run into the 50-step limit,
+and every episode that ends, won or out of steps, is played on for a few steps, which must repeat its
 last one. The real engine needs ~0.1 s a step, so games run in two processes and episodes are short;
-`ALFWORLD_DIFF_GAMES` changes the number of games (default 200).
+`ALFWORLD_DIFF_GAMES` changes the number of games (default 120: every layout once; 240 plays each in both versions).
 """
 import importlib.util
 import os
@@ -27,11 +29,12 @@ if importlib.util.find_spec("textworld") is None:
 from agentopd_jax.envs.alfworld import generator, scenes, vocab  # noqa: E402
 from agentopd_jax.envs.alfworld.engine_fast import FastEngine  # noqa: E402
 from agentopd_jax.envs.alfworld.expert import Expert  # noqa: E402
+from agentopd_jax.envs.alfworld.world import KNIFE_TYPES  # noqa: E402
 
-N_GAMES = int(os.environ.get("ALFWORLD_DIFF_GAMES", 200))
+N_GAMES = int(os.environ.get("ALFWORLD_DIFF_GAMES", 120))
 STEPS = 14  # per game, except the two games that run into the limit
 SHUFFLE_STEPS = 10  # first, in layouts with a shared spot
-LIMIT_GAMES = (0, 1)
+LIMIT_GAMES = (4, 5)  # games with a knife and a sliceable object, one per text version: they also slice
 LAYOUTS = sorted(scene for numbers in vocab.ROOM_SCENES.values() for scene in numbers)
 SEEN_SPLITS = ("train", "valid_seen")
 VERSIONS = ("2.1.3", "2.1.1")
@@ -101,6 +104,32 @@ class _Shuffler:
     return f"take {n[self.obj]} from {n[r]}"
 
 
+class _Slicer:
+  """Fetches a knife and slices an object with it: slicing takes a knife and a sliceable object at one spot, which
+  random play rarely brings together. Neither move can end an episode (no task is about slicing)."""
+
+  def next_action(self, fast: FastEngine, admissible) -> str:
+    w, n = fast.world, fast.world.names
+    slices = sorted(a for a in admissible if a.startswith("slice "))
+    if slices:
+      return slices[0]
+    knives = sorted(o for o in w.otype if w.otype[o] in KNIFE_TYPES)
+    if fast.held and not set(fast.held) & set(knives):  # hands full (the shuffler's last object): put it down
+      puts = sorted(a for a in admissible if a.startswith(("put ", "move ")))
+      here = w.receps_at.get(fast.location, [])
+      return puts[0] if puts else f"go to {n[next(r for r in sorted(w.rtype) if r not in here)]}"
+    wanted = [o for o in sorted(w.sliceable)] if set(fast.held) & set(knives) else knives
+    where = sorted((r, o) for o, r in fast.facts["inreceptacle"] if o in wanted)
+    if not where:
+      return "look"
+    r, o = where[0]
+    if r not in w.receps_at.get(fast.location, []):
+      return f"go to {n[r]}"
+    if r in w.openable and not fast.is_open(r):
+      return f"open {n[r]}"
+    return f"take {n[o]} from {n[r]}" if o in knives else "look"
+
+
 def _game(index: int):
   """Game `index`: layout index mod the number of layouts, a split that layout belongs to, and one of the task types
   it supports in turn."""
@@ -141,10 +170,12 @@ def _compare(args):
 
   for step in range(50 if limit else STEPS + (SHUFFLE_STEPS if shuffler else 0)):
     u = rng.random()
-    if limit:
-      action = rng.choice(["look", "inventory", _adversarial(rng, admissible, fast)])
-    elif shuffler and step < SHUFFLE_STEPS:
+    if shuffler and step < SHUFFLE_STEPS:
       action = shuffler.next_action(fast, rng)
+    elif limit and "slice" not in summary["kinds"] and step < 40:
+      action = _Slicer().next_action(fast, admissible)
+    elif limit:
+      action = rng.choice(["look", "inventory", _adversarial(rng, admissible, fast)])
     elif u < (0.8 if index % 4 == 0 else 0.35):
       action = expert.next_action(fast)
     elif u < (0.85 if index % 4 == 0 else 0.7):

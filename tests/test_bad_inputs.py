@@ -42,6 +42,7 @@ BAD_FIELDS = [
     ({"loss.kl_type": "l2"}, "kl_type"),
     ({"optim.learning_rate": -1e-4}, "optim.learning_rate"),
     ({"rollout.layout": "tree"}, "rollout.layout"),
+    ({"env.step_timeout_s": 0.0}, "env.step_timeout_s"),
     ({"rollout.top_p": float("nan")}, "top_p"),
     ({"teacher.source": "oracle"}, "teacher.source"),
     ({"grpo.advantage": "opid", "opid.route": "sideways"}, "opid.route"),

@@ -44,6 +44,35 @@ def test_variants_build_their_dataclasses(name, variant):
   config_dataclass(OptimConfig, c.optim)
 
 
+def test_the_env_timeouts_and_retries_reach_the_workers_and_the_client(monkeypatch):
+  """`env.step_timeout_s` (every env) bounds a worker's step; search's `env.search_timeout_s` and `env.search_retries`
+  bound a request to the retrieval server (a dead one costs a search their back-off, 23.5 s by default)."""
+  from agentopd_jax.training import trainer
+
+  c = _config("searchqa")
+  c.env.update(step_timeout_s=7.5, search_url="http://127.0.0.1:9/r", search_timeout_s=3.0, search_retries=2)
+  seen = {}
+
+  class Stop(Exception):
+    pass
+
+  def vector_env(factory, *args, **kwargs):
+    seen.update(kwargs, env=factory())
+    raise Stop
+
+  monkeypatch.setattr(trainer, "VectorEnv", vector_env)
+  with pytest.raises(Stop):
+    trainer.rollout_engine(c, None, None, None, num_envs=2)
+  client = seen["env"]._client
+  assert seen["step_timeout_s"] == 7.5 and (client.timeout_s, client.retries) == (3.0, 2)
+  spec = registry.get("search")
+  for field, value in (("search_retries", -1), ("search_timeout_s", 0.0)):
+    bad = _config("searchqa")
+    bad.env[field] = value
+    with pytest.raises(ValueError, match=f"env.{field}"):
+      spec.worker(bad.env)
+
+
 def test_paper_settings():
   webshop, search = _config("webshop", "qwen2p5_3b"), _config("searchqa", "qwen2p5_3b")
   assert (webshop.rollout.max_steps, webshop.env.history_length, webshop.env.invalid_penalty) == (15, 2, 0.1)

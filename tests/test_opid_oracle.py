@@ -19,7 +19,8 @@ if importlib.util.find_spec("alfworld") is None:
 
 ENVS = ("alfworld", "webshop", "search")
 WEBSHOP_CFG = dict(num_products=100, catalog_seed=0, data_dir="", human_goals=False, thefuzz="0.19", nouns="auto")
-SEARCH_CFG = dict(search_url="", corpus="", world_seed=0, topk=3, obs_format="verl-agent", max_turns=4)
+SEARCH_CFG = dict(search_url="", corpus="", world_seed=0, topk=3, obs_format="verl-agent", max_turns=4,
+                  search_timeout_s=60.0, search_retries=6)
 
 
 class Case:

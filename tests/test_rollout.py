@@ -187,6 +187,28 @@ def test_a_rollout_whose_every_episode_failed_is_one_clear_error(setup):
       engine.run(params, games[:2], games[:2], [0, 1], jax.random.key(0), SamplingParams())
 
 
+def test_a_host_whose_every_episode_failed_stops_every_host(setup, monkeypatch):
+  """Two processes of a multi-host run (threads exchanging `distributed.allgather`, test_distributed.py): process 1's
+  env cannot reset, process 0 plays. Both stop with a clear error at the same point, instead of process 1 raising
+  alone and process 0 waiting for it in the next collective (here the exchange's barrier would time out)."""
+  from test_distributed import _as_two_processes
+
+  games, tokenizer, config, params, sampler = setup
+
+  def host(rank):
+    with VectorEnv(_BrokenEnv if rank else functools.partial(AlfworldEnv, "fast"), 1, 2) as venv:
+      engine = RolloutEngine(sampler, tokenizer, venv, AlfworldText, RolloutConfig(max_steps=2))
+      try:
+        engine.run(params, games[:2], games[:2], [0, 1], jax.random.key(0), SamplingParams(), first_episode=2 * rank)
+      except RuntimeError as e:
+        return str(e)
+
+  stopped = _as_two_processes(monkeypatch, host)
+  assert stopped[0] == "rollout: every env episode of 1 other process(es) failed (their logs name the error); " \
+                       "process 0 stops with them"
+  assert stopped[1].startswith("rollout: all 2 env episodes failed") and "unreadable" in stopped[1]
+
+
 def test_unknown_layout_and_env_are_clear_errors():
   with pytest.raises(ValueError, match="rollout.layout"):
     RolloutConfig(layout="episode")

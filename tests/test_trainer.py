@@ -27,7 +27,7 @@ from agentopd_jax.training.checkpoints import CheckpointPool  # noqa: E402
 from agentopd_jax.training.logging import read_metrics  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ITERATIONS = 3
+ITERATIONS = 2
 
 
 @pytest.fixture(scope="module")
@@ -125,16 +125,16 @@ def _kill_anywhere(start, kills, before_last=lambda: None):
   return _finish(start())
 
 
-def _kills(seed, sft):
-  """The kill plan, n's drawn at random (seeded): with rollout.max_steps=3 every rollout takes 3 turns, and a
-  resumed run plays iteration 1's rollout (turns 1-3) and then its validation (turns 4-6). `sft`: the run starts
-  with an SFT warm start (GRPO) and validation 0 (turns 1-3), before iteration 1's rollout (turns 4-6)."""
+def _kills(seed):
+  """The kill plan, n's drawn at random (seeded): with rollout.max_steps=3 every rollout takes 3 turns. A fresh run
+  does SFT, validation 0 (turns 1-3) and iteration 1's rollout (turns 4-6); a resumed run plays iteration 1's rollout
+  (turns 1-3) and then its validation (turns 4-6)."""
   rng = random.Random(seed)
-  plan = ["sft/step:1"] if sft else []
-  return plan + [f"rollout/turn:{rng.randint(4, 6)}",        # fresh run: step 0 saved, killed in iteration 1's rollout
-                 f"train/update:{rng.randint(1, 2)}",         # resumed from 0: killed between updates
-                 f"rollout/turn:{rng.randint(4, 6)}",         # resumed from 0: killed in validation 1
-                 "checkpoint/write:1"]                        # resumed from 0: killed writing step 1
+  return ["sft/step:1",                                # killed in the SFT warm start
+          f"rollout/turn:{rng.randint(4, 6)}",         # fresh run: step 0 saved, killed in iteration 1's rollout
+          f"train/update:{rng.randint(1, 2)}",         # resumed from 0: killed between updates
+          f"rollout/turn:{rng.randint(4, 6)}",         # resumed from 0: killed in validation 1
+          "checkpoint/write:1"]                        # resumed from 0: killed writing step 1
 
 
 def _assert_same_run(workdir_a, workdir_b, iterations=ITERATIONS):
@@ -162,7 +162,7 @@ def test_run_killed_anywhere_resumes_to_the_uninterrupted_run(tmp_path, games_ro
   """SIGKILL in SFT, in a rollout, between updates, in validation and in the middle of a checkpoint write, each
   followed by the same command: the final run equals the uninterrupted one, bit for bit."""
   workdir = str(tmp_path / "run_b")
-  out = _kill_anywhere(lambda **popen: _train(workdir, games_root, **popen), _kills(0, sft=True))
+  out = _kill_anywhere(lambda **popen: _train(workdir, games_root, **popen), _kills(0))
   assert "resumed from step 0" in out
   assert not [n for n in os.listdir(os.path.join(workdir, "checkpoints")) if "tmp" in n]  # the torn write is gone
   _assert_same_run(workdir, uninterrupted)
@@ -170,15 +170,14 @@ def test_run_killed_anywhere_resumes_to_the_uninterrupted_run(tmp_path, games_ro
 
 def test_sdar_with_opid_killed_anywhere_resumes_to_the_uninterrupted_run(tmp_path, games_root, uninterrupted):
   """SDAR's self-teacher with UCB-retrieved skills plus OPID's skill-shift advantage, warm-started from the GRPO run:
-  killed in a rollout, after the update (the teacher and OPID scored), and while writing a checkpoint. The bandit's
-  state and the bad-update count come back from the checkpoint record; the run equals an uninterrupted one."""
+  killed after the update (the teacher and OPID scored, the bandit fed) and while writing a checkpoint (a rollout kill
+  is the GRPO test's). The bandit's state and the bad-update count come back from the checkpoint record; the run
+  equals an uninterrupted one."""
   extra = {"warm_start_run": uninterrupted, "warm_start_step": 1, "grpo__iterations": 2, "skills__retrieval": "ucb",
            "grpo__advantage": "opid", "opid__normalize": True, "sft__skill_fraction": 0.0}
   start = functools.partial(_train, variant=":sdar", extra=extra, games_root=games_root)
   _finish(start(str(tmp_path / "a")))
-  rng = random.Random(2)
-  out = _kill_anywhere(lambda **popen: start(str(tmp_path / "b"), **popen),
-                       [f"rollout/turn:{rng.randint(4, 6)}", "train/update:1", "checkpoint/write:1"])
+  out = _kill_anywhere(lambda **popen: start(str(tmp_path / "b"), **popen), ["train/update:1", "checkpoint/write:1"])
   assert "resumed from step 0" in out
   _assert_same_run(str(tmp_path / "b"), str(tmp_path / "a"), iterations=2)
 
@@ -316,8 +315,10 @@ def test_agentic_opd_run_killed_anywhere_resumes_to_the_uninterrupted_run(tmp_pa
     with open(os.path.join(workdir, "scheduler_state.json"), "w") as f:
       f.write('{"strategy": "hcn_v3", "weig')
 
-  out = _kill_anywhere(lambda **popen: _opd(workdir, games_root, uninterrupted, **popen), _kills(1, sft=False),
-                       half_written_mirror)
+  # Killed after iteration 1's one update (the teacher scored, the scheduler fed) and while writing step 1 with the
+  # scheduler's record; the other phases run GRPO's code, killed in the test above.
+  out = _kill_anywhere(lambda **popen: _opd(workdir, games_root, uninterrupted, **popen),
+                       ["train/update:1", "checkpoint/write:1"], half_written_mirror)
   assert "resumed from step 0" in out
   _assert_same_run(workdir, opd_run)
 

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from agentopd_jax import faults
+from agentopd_jax.parallel import distributed
 from agentopd_jax.rollout.chat import ChatFormat, raw_prefixed_ids, templated_text
 from agentopd_jax.rollout.types import EPISODE_INFO_KEYS, LAYOUTS, EpisodeResult, Sample
 from agentopd_jax.sampling.sampler import Sampler, SampleOutput, SamplingParams, fold_in
@@ -139,10 +140,17 @@ class RolloutEngine:
         ep.truncated = True
       for s in ep.samples:
         s.episode_reward, s.won = ep.reward, ep.won
-    if episodes and all(ep.failed for ep in episodes):
-      # Nothing was played, so no caller has anything to learn or measure from; a run resumes from its checkpoint.
+    # Nothing played: no caller has anything to learn or measure from, and a run resumes from its checkpoint. Every
+    # process of a multi-host run asks, and all stop together: one raising alone would leave the others waiting in
+    # their next collective.
+    failed_here = bool(episodes) and all(ep.failed for ep in episodes)
+    failed_processes = int(distributed.totals([float(failed_here)])[0])
+    if failed_here:
       raise RuntimeError(f"rollout: all {len(episodes)} env episodes failed (env workers lost or env code raising); "
                          f"the first error: {episodes[0].error}")
+    if failed_processes:
+      raise RuntimeError(f"rollout: every env episode of {failed_processes} other process(es) failed (their logs "
+                         f"name the error); process {jax.process_index()} stops with them")
     samples = [s for ep in episodes if not ep.failed for s in ep.samples]
     timer["samples"] = float(len(samples))
     return Rollout(samples=samples, episodes=[ep.result() for ep in episodes], stats=timer)

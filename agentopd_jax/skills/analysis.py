@@ -403,7 +403,8 @@ class OpenAIBackend:
       raise ValueError("opid.analyzer_model: no model name given")
     key = api_key or os.environ.get("OPENAI_API_KEY")
     if not key:
-      raise ValueError('opid.analyzer api_key: pass api_key or set OPENAI_API_KEY ("EMPTY" for a local server)')
+      raise ValueError('opid.analyzer "openai": no API key: set $OPENAI_API_KEY ("EMPTY" for a server that needs '
+                       'none)')
     if timeout is None or timeout <= 0:
       raise ValueError(f"opid.analyzer_timeout must be > 0 seconds, got {timeout!r}")
     self.model, self.max_completion_tokens, self.temperature = model, max_completion_tokens, temperature

@@ -47,7 +47,6 @@ class OpidConfig:
   analyzer: str = "oracle"
   analyzer_model: str = ""        # openai: the model name; local: a model folder or a run folder to serve
   base_url: str = ""              # openai: the endpoint ("" -> OPENAI_BASE_URL)
-  api_key: str = ""               # "" -> OPENAI_API_KEY ("local" needs none)
   timeout_s: float = 600.0
   max_completion_tokens: int = 4096
   workers: int = 128
@@ -168,10 +167,12 @@ class HindsightTeacher:
       from agentopd_jax.skills.oracle import OracleAnalyzer
       self.analyzer = OracleAnalyzer(env_name, env_cfg, cfg.max_step_skills)
     else:
-      base_url, api_key, name = cfg.base_url or None, cfg.api_key or None, cfg.analyzer_model
+      # The key is never a config field (the config is saved with every checkpoint): "openai" reads
+      # $OPENAI_API_KEY, and the local server has none.
+      base_url, api_key, name = cfg.base_url or None, None, cfg.analyzer_model
       if cfg.analyzer == "local":
         self.server = LocalServer(cfg.analyzer_model)
-        base_url, api_key, name = self.server.url, api_key or "local", self.server.name
+        base_url, api_key, name = self.server.url, "local", self.server.name
       backend = OpenAIBackend(name, base_url=base_url, api_key=api_key, timeout=cfg.timeout_s,
                               max_completion_tokens=cfg.max_completion_tokens)
       self.analyzer = Analyzer(backend, cfg.max_step_skills, parse_attempts=cfg.parse_attempts,

@@ -50,6 +50,8 @@ def cpu_base(env_name: str) -> ml_collections.ConfigDict:
   c.env.prompt_flavor = "verl-agent"
   c.env.invalid_penalty = 0.1
   c.env.num_workers = 2                # env worker processes
+  c.env.step_timeout_s = 60.0          # a worker that has not stepped its envs by then is killed and replaced (its
+                                       # episodes fail); allow for an env's slowest step times the envs per worker
   c.env.backend = "process"            # "process" (this host) or "ray" (actors anywhere in a Ray cluster; docs/scale_out.md)
   c.env.ray_actor_options = ml_collections.ConfigDict({"num_cpus": 1})  # each Ray env worker's resources
 
@@ -145,7 +147,6 @@ def cpu_base(env_name: str) -> ml_collections.ConfigDict:
                                        # endpoint) or "local" (agentopd_jax.serve on opid.analyzer_model)
   c.opid.analyzer_model = ""           # openai: the model name; local: a model folder or run folder
   c.opid.base_url = ""                 # openai: "" -> OPENAI_BASE_URL
-  c.opid.api_key = ""                  # "" -> OPENAI_API_KEY
   c.opid.timeout_s = 600.0
   c.opid.max_completion_tokens = 4096
   c.opid.workers = 128                 # concurrent analyzer requests
@@ -286,6 +287,8 @@ def check_config(c: ml_collections.ConfigDict) -> None:
     value = c[section][field]
     if type(value) is not int or value < least:
       raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+  if type(c.env.step_timeout_s) is not float or not c.env.step_timeout_s > 0:
+    raise ValueError(f"env.step_timeout_s must be a number of seconds > 0, got {c.env.step_timeout_s!r}")
   if len(c.mesh_shape) != 3 or any(type(n) is not int or n == 0 or n < -1 for n in c.mesh_shape):
     raise ValueError(f"mesh_shape must be 3 positive integers (data, fsdp, tensor), one of them may be -1; "
                      f"got {tuple(c.mesh_shape)}")

@@ -87,7 +87,7 @@ def chat_format(c, tokenizer) -> ChatFormat:
 def rollout_engine(c, model, tokenizer, mesh, num_envs: int) -> RolloutEngine:
   """The configured env, prompts and sampler over `num_envs` env workers (close with `engine.env.close()`)."""
   envs = VectorEnv(registry.get(c.env.name).worker(c.env, c.rollout.max_steps), min(c.env.num_workers, num_envs),
-                   num_envs, backend=c.env.backend,
+                   num_envs, backend=c.env.backend, step_timeout_s=c.env.step_timeout_s,
                    ray_actor_options=c.env.ray_actor_options.to_dict() if c.env.backend == "ray" else None)
   sampler = Sampler(model, tokenizer, pad_id=tokenizer.pad_token_id or 0, mesh=mesh)
   return RolloutEngine(sampler, tokenizer, envs, text_env_factory(c), config_dataclass(RolloutConfig, c.rollout),

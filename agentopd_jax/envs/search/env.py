@@ -26,17 +26,17 @@ from __future__ import annotations
 
 import copy
 import functools
-import re
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from agentopd_jax.envs.search import formats
 from agentopd_jax.envs.search.scoring import last_answer, subem_check
 from agentopd_jax.envs.search.client import RetrievalClient, RetrievalError
 from agentopd_jax.envs.search.tasks import SearchTask, task_from_row
+from agentopd_jax.envs.tags import Blocks
 from agentopd_jax.envs.verl_agent.rewards import exact_match, search_reward
 
 OBS_FORMATS = ("verl-agent", "search-r1")
-_SEARCH_BLOCK = re.compile(r"<search>(.*?)</search>", re.DOTALL)
+_SEARCH_BLOCK = Blocks("search")
 
 
 @functools.lru_cache(maxsize=4)
@@ -112,10 +112,10 @@ class SearchEnv:
       answer = last_answer(history)
       self._subem = subem_check(answer, self.task.golden_answers) if answer is not None else 0.0
       return "", reward, True, "answer" if answered else "search" if "<search>" in action else "invalid"
-    found = _SEARCH_BLOCK.search(action)
-    if found is None:
+    query = _SEARCH_BLOCK.first(action)
+    if query is None:
       return "", 0.0, False, "invalid"
-    obs = formats.verl_agent_information(formats.verl_agent_result([self._search(found.group(1).strip())]))
+    obs = formats.verl_agent_information(formats.verl_agent_result([self._search(query.strip())]))
     self._history.append(obs)
     return obs, 0.0, False, "search"
 

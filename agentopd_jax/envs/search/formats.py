@@ -15,14 +15,16 @@ import json
 import re
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
+from agentopd_jax.envs.tags import Blocks, first_of
+
 INVALID_ACTION_MESSAGE = (
     "\nMy previous action is invalid. If I want to search, I should put the query between <search> and </search>. "
     "If I want to give the final answer, I should put the answer between <answer> and </answer>. Let me try again.\n")
 
-_SEARCH_R1_ACTION = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
+_SEARCH_R1_ACTION = {"search": Blocks("search"), "answer": Blocks("answer")}  # <(search|answer)>(.*?)</\1>
 _SEARCH_R1_DOC = re.compile(r"^Doc \d+\(Title: (.*?)\) (.*)$")
 _VERL_AGENT_DOC = re.compile(r"(?m)^Doc \d+: ")
-_INFORMATION = re.compile(r"<information>(.*?)</information>", re.DOTALL)
+_INFORMATION = Blocks("information")
 
 
 def document(hit: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -36,8 +38,8 @@ def search_r1_parse(text: str) -> Tuple[Optional[str], str]:
     if close in text:
       text = text.split(close, 1)[0] + close
       break
-  found = _SEARCH_R1_ACTION.search(text)
-  return (found.group(1), found.group(2).strip()) if found else (None, "")
+  found = first_of(text, _SEARCH_R1_ACTION)
+  return (found[0], found[1].strip()) if found else (None, "")
 
 
 def search_r1_docs(hits: Sequence[Mapping[str, Any]]) -> str:
@@ -69,10 +71,9 @@ def verl_agent_information(tool_output: str) -> str:
 
 def read_documents(observation: str) -> List[Tuple[str, str]]:
   """(title without quotes, text) of every document in an observation of either format; [] if none."""
-  found = _INFORMATION.search(observation)
-  if not found:
+  body = _INFORMATION.first(observation)
+  if body is None:
     return []
-  body = found.group(1)
   if body.startswith("{"):
     try:
       body = json.loads(body)["result"]

@@ -7,15 +7,15 @@ search reward also uses; this module adds Search-R1's whole-sequence extraction 
 """
 from __future__ import annotations
 
-import re
 from typing import Mapping, Optional, Sequence, Union
 
+from agentopd_jax.envs.tags import Blocks
 from agentopd_jax.envs.verl_agent.rewards import exact_match, normalize_answer
 
 __all__ = ["compute_score_em", "compute_score_subem", "exact_match", "extract_solution", "last_answer",
            "normalize_answer", "subem_check"]
 
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_ANSWER = Blocks("answer")
 
 
 def extract_solution(solution_str: str) -> Optional[str]:

@@ -41,8 +41,13 @@ def env_kwargs(env_cfg) -> dict:
   saved in config.json and every checkpoint), read here in the trainer so remote (Ray) workers get it too."""
   from agentopd_jax.envs.search.client import API_KEY_ENV
 
+  if type(env_cfg.search_retries) is not int or env_cfg.search_retries < 0:
+    raise ValueError(f"env.search_retries must be an integer >= 0, got {env_cfg.search_retries!r}")
+  if not env_cfg.search_timeout_s > 0:
+    raise ValueError(f"env.search_timeout_s must be > 0 seconds, got {env_cfg.search_timeout_s!r}")
   return dict(search_url=env_cfg.search_url or None, corpus=env_cfg.corpus or None, seed=env_cfg.world_seed,
               topk=env_cfg.topk, obs_format=env_cfg.obs_format, max_turns=env_cfg.max_turns,
+              timeout_s=env_cfg.search_timeout_s, retries=env_cfg.search_retries,
               search_api_key=os.environ.get(API_KEY_ENV) or None)
 
 

@@ -14,9 +14,11 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from agentopd_jax.envs.tags import Blocks
+
 _CJK = re.compile("[\u4e00-\u9fff]")
-_SEARCH_BLOCK = re.compile(r"<search>(.*?)</search>", re.IGNORECASE | re.DOTALL)
-_ANSWER_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL)
+_SEARCH_BLOCK = Blocks("search", ignore_case=True)
+_ANSWER_BLOCK = Blocks("answer", ignore_case=True)
 _SEARCH_TAG = re.compile(r"<search>", re.IGNORECASE)
 _ANSWER_TAG = re.compile(r"<answer>", re.IGNORECASE)
 
@@ -53,12 +55,12 @@ def _search_action(response: str) -> tuple[str, int]:
     if close in response:
       cut = response.split(close, 1)[0] + close
       break
-  found = _SEARCH_BLOCK.search(cut)
-  if found:
-    action = f"<search>{found.group(1).strip()}</search>"
+  found = _SEARCH_BLOCK.first(cut)
+  if found is not None:
+    action = f"<search>{found.strip()}</search>"
   else:
-    found = _ANSWER_BLOCK.search(cut)
-    action = f"<answer>{found.group(1).strip()}</answer>" if found else ""
+    found = _ANSWER_BLOCK.first(cut)
+    action = f"<answer>{found.strip()}</answer>" if found is not None else ""
   searches, answers = len(_SEARCH_TAG.findall(response)), len(_ANSWER_TAG.findall(response))
   valid = found is not None and not (searches and answers) and searches <= 1 and answers <= 1
   return action, int(valid)

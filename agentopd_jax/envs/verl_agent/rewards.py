@@ -9,11 +9,13 @@ import re
 import string
 from collections.abc import Sequence
 
+from agentopd_jax.envs.tags import Blocks
+
 WIN_REWARD = 10.0
 # Coefficients in verl-agent's shipped run scripts (the yaml default is 0.1).
 INVALID_ACTION_PENALTY_COEF = {"alfworld": 0.1, "webshop": 0.1, "search": 0.01}
 
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_ANSWER = Blocks("answer")
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = frozenset(string.punctuation)
 
