@@ -36,14 +36,20 @@ from packaging.version import InvalidVersion, Version
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def setup_pins(setup_py: str = os.path.join(ROOT, "setup.py")) -> dict[str, str]:
-  """{canonical name: version} of every `==` requirement in setup.py's install_requires and extras."""
+def setup_kwargs(setup_py: str = os.path.join(ROOT, "setup.py")) -> dict:
+  """The keywords setup.py passes to setuptools.setup (install_requires, extras_require, ...); nothing is installed."""
   kwargs, real = {}, setuptools.setup
-  setuptools.setup = kwargs.update  # setup.py runs, nothing is installed
+  setuptools.setup = kwargs.update
   try:
     runpy.run_path(setup_py)
   finally:
     setuptools.setup = real
+  return kwargs
+
+
+def setup_pins(setup_py: str = os.path.join(ROOT, "setup.py")) -> dict[str, str]:
+  """{canonical name: version} of every `==` requirement in setup.py's install_requires and extras."""
+  kwargs = setup_kwargs(setup_py)
   found = {}
   for text in [*kwargs["install_requires"], *(r for extra in kwargs["extras_require"].values() for r in extra)]:
     req = Requirement(text)

@@ -118,7 +118,7 @@ class _Slicer:
       puts = sorted(a for a in admissible if a.startswith(("put ", "move ")))
       here = w.receps_at.get(fast.location, [])
       return puts[0] if puts else f"go to {n[next(r for r in sorted(w.rtype) if r not in here)]}"
-    wanted = [o for o in sorted(w.sliceable)] if set(fast.held) & set(knives) else knives
+    wanted = sorted(w.sliceable) if set(fast.held) & set(knives) else knives
     where = sorted((r, o) for o, r in fast.facts["inreceptacle"] if o in wanted)
     if not where:
       return "look"

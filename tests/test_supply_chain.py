@@ -13,7 +13,6 @@ import re
 import runpy
 
 import pytest
-import setuptools
 import yaml
 
 from agentopd_jax.models import hf_io
@@ -98,11 +97,9 @@ def test_a_folder_with_only_pickled_weights_is_refused_unread(tmp_path):
     hf_io.load_hf(str(folder))
 
 
-def test_every_runtime_dependency_is_pinned_exactly(monkeypatch):
+def test_every_runtime_dependency_is_pinned_exactly():
   """install_requires and every extra but `test` (whose pytest/hypothesis are tools, not runtime code) pin `==`."""
-  kwargs = {}
-  monkeypatch.setattr(setuptools, "setup", kwargs.update)  # setup.py runs, nothing is installed
-  runpy.run_path(os.path.join(ROOT, "setup.py"))
+  kwargs = _audit_module().setup_kwargs()
   runtime = list(kwargs["install_requires"])
   for extra, requirements in kwargs["extras_require"].items():
     if extra != "test":
