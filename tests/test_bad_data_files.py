@@ -157,6 +157,7 @@ def _item(i, key, value):
     (1, "edit", lambda attrs: attrs.update(B0X=["attr"]), ["'B0X'", "expected Mapping, got list"]),
     (1, "edit", lambda attrs: next(iter(attrs.values())).pop("instruction_attributes"),
      ["'instruction_attributes'"]),
+    (1, "edit", lambda attrs: next(iter(attrs.values())).update(attributes=None), ["'attributes'", "null"]),
     (2, "not-utf8", None, ["not UTF-8"]),
     (2, "edit", lambda human: next(iter(human.values()))[0].pop("instruction_options"),
      ["instruction 0", "'instruction_options'"]),

@@ -69,7 +69,9 @@ def test_bad_run_config_field_is_named_before_anything_loads(fields, named):
 
 @pytest.mark.parametrize("env", ["alfworld", "webshop", "searchqa"])
 def test_shipped_configs_pass_the_check(env):
-  for variant in ("", "agentic_opd", "opid", "sdar", "qwen2p5_3b", "opid_qwen3_1p7b"):
+  from agentopd_jax.training.defaults import PAPER_MODELS, SKILL_METHODS
+  for variant in ("", "agentic_opd", "opid", *PAPER_MODELS, *SKILL_METHODS,
+                  *(f"{m}_{p}" for m in ("opid", *SKILL_METHODS) for p in PAPER_MODELS)):
     check_config(_run_config(env, variant))
 
 

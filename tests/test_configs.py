@@ -47,6 +47,23 @@ def test_paper_setting():
   assert c.model.chat_template_kwargs.to_dict() == {}
 
 
+def test_rlsd_warm_down_is_the_scripts_on_paper_presets():
+  assert _module().get_config("rlsd").loss.rlsd_warmdown_steps == 50            # the authors' code default
+  for variant in ("rlsd_qwen2p5_3b", "rlsd_qwen3_1p7b"):
+    c = _module().get_config(variant)
+    assert (c.loss.rlsd_warmdown_steps, c.loss.rlsd_schedule) == (100, "released_code")
+
+
+def test_agentic_opd_objective_needs_the_agentic_opd_trainer():
+  """The top-k ids come from the live policy: π_old only with the one update per batch of method agentic_opd."""
+  from agentopd_jax.training.defaults import check_config
+  c = _module().get_config("agentic_opd")
+  check_config(c)
+  c.method = "grpo"
+  with pytest.raises(ValueError, match=r"objective='agentic_opd' needs method='agentic_opd'.*grpo.mini_batch_size"):
+    check_config(c)
+
+
 def test_forgetting_variant_shifts_the_task_mix_and_keeps_every_validation():
   c = _module().get_config("forgetting")
   assert parse_task_phases(c.grpo.task_phases) == [(1, ("look_at_obj_in_light",)), (9, ("pick_and_place",))]

@@ -101,6 +101,7 @@ def test_a_process_without_samples_brings_a_blank_share():
   (blank,) = make_minibatches([], [], 4, 2, 256, teacher=[], agree=agree)
   assert blank.tokens.shape == (4, 2, 256) and blank.teacher_topk_ids.shape == (4, 2, 256, 4)
   assert not blank.loss_mask.any() and not blank.advantages.any()
+  assert not blank.segment_ids.any()   # padding rows, no sample: the loss normaliser counts no sequence in them
 
 
 def test_recomputed_behaviour_logprobs_are_the_trainers_and_the_drift_is_logged():

@@ -13,6 +13,7 @@ from agentopd_jax.objectives import (AGG_MODES, LossConfig, Normalizer, agg_loss
                                      get_advantage_estimator, get_objective, grpo_advantages, kl_penalty,
                                      informative_groups, normalizer_for, ppo_dual_clip_loss, register_objective, sft_nll,
                                      step_scores)
+from agentopd_jax.objectives.losses import clamp
 from agentopd_jax.rollout.batch import TrainBatch
 from agentopd_jax.scoring.fused import ScoreConfig, Scores
 
@@ -161,22 +162,41 @@ def test_grpo_mean_std_norm_is_centred_per_group(rows):
 
 def test_agg_modes_hand_values():
   v = jnp.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]])
-  m = jnp.array([[1, 1, 0], [1, 0, 0], [0, 0, 0]], jnp.float32)   # the third row has no loss tokens
-  norm = normalizer_for(m)
-  assert float(norm.tokens) == 3.0 and float(norm.sequences) == 2.0
+  m = jnp.array([[1, 1, 0], [1, 0, 0], [0, 0, 0]], jnp.float32)   # the third sample has no loss tokens
+  norm = normalizer_for(m, horizon=4)
+  assert float(norm.tokens) == 3.0 and float(norm.sequences) == 3.0 and norm.horizon == 4.0
   # token-mean: (1 + 2 + 4) / 3 = 7/3
   np.testing.assert_allclose(agg_loss(v, m, "token-mean", norm), 7 / 3, rtol=1e-6)
-  # seq-mean-token-mean: ((1 + 2)/2 + 4/1) / 2 = (1.5 + 4) / 2 = 2.75
-  np.testing.assert_allclose(agg_loss(v, m, "seq-mean-token-mean", norm), 2.75, rtol=1e-6)
-  # seq-mean-token-sum: (3 + 4) / 2 = 3.5
-  np.testing.assert_allclose(agg_loss(v, m, "seq-mean-token-sum", norm), 3.5, rtol=1e-6)
+  # verl's seq-means average over every row, the one without loss tokens too:
+  # seq-mean-token-mean: ((1 + 2)/2 + 4/1 + 0) / 3 = 5.5 / 3
+  np.testing.assert_allclose(agg_loss(v, m, "seq-mean-token-mean", norm), 5.5 / 3, rtol=1e-6)
+  # seq-mean-token-sum: (3 + 4 + 0) / 3 = 7/3
+  np.testing.assert_allclose(agg_loss(v, m, "seq-mean-token-sum", norm), 7 / 3, rtol=1e-6)
+  # seq-mean-token-sum-norm: (3 + 4) / L = 7/4, no mean over rows
+  np.testing.assert_allclose(agg_loss(v, m, "seq-mean-token-sum-norm", norm), 7 / 4, rtol=1e-6)
+  # A padding row (segment ids all 0) holds no sample: it is no row of verl's batch.
+  padded = normalizer_for(m, jnp.array([[1, 1, 1], [1, 1, 0], [0, 0, 0]]))
+  assert float(padded.sequences) == 2.0
+  np.testing.assert_allclose(agg_loss(v, m, "seq-mean-token-sum", padded), 3.5, rtol=1e-6)
   with pytest.raises(ValueError, match="token-mean"):
     agg_loss(v, m, "sum", norm)
 
 
+def test_seq_mean_token_sum_norm_needs_its_constant():
+  with pytest.raises(ValueError, match="loss_scale_factor"):
+    agg_loss(jnp.ones((1, 2)), jnp.ones((1, 2)), "seq-mean-token-sum-norm", normalizer_for(jnp.ones((1, 2))))
+  with pytest.raises(ValueError, match="LossConfig.loss_scale_factor"):
+    LossConfig(loss_agg_mode="seq-mean-token-sum-norm")
+  for bad in (-1, 2.5, True):
+    with pytest.raises(ValueError, match="LossConfig.loss_scale_factor"):
+      LossConfig(loss_scale_factor=bad)
+  assert LossConfig(loss_agg_mode="seq-mean-token-sum-norm", loss_scale_factor=512).loss_scale_factor == 512
+
+
 def test_normalizer_guards_empty_mask():
-  norm = normalizer_for(jnp.zeros((2, 4)))
-  assert float(norm.tokens) == 1.0 and float(norm.sequences) == 1.0
+  norm = normalizer_for(jnp.zeros((2, 4)), horizon=4)
+  assert float(norm.tokens) == 1.0 and float(norm.sequences) == 2.0
+  assert float(normalizer_for(jnp.zeros((2, 4)), jnp.zeros((2, 4), jnp.int32)).sequences) == 1.0
   for mode in AGG_MODES:
     assert float(agg_loss(jnp.ones((2, 4)), jnp.zeros((2, 4)), mode, norm)) == 0.0
 
@@ -187,13 +207,13 @@ def test_agg_is_exact_under_micro_batch_accumulation(mode):
   v = jnp.asarray(rng.normal(size=(5, 7)), jnp.float32)
   lengths = np.array([6, 1, 0, 4, 3])                       # one row with no loss tokens
   m = jnp.asarray((np.arange(7)[None] < lengths[:, None]).astype(np.float32))
-  norm = normalizer_for(m)                                  # over the whole mini-batch
+  norm = normalizer_for(m, horizon=7)                       # over the whole mini-batch
   whole = agg_loss(v, m, mode, norm)
   parts = agg_loss(v[:1], m[:1], mode, norm) + agg_loss(v[1:], m[1:], mode, norm)   # 6 tokens | 8 tokens
   np.testing.assert_allclose(parts, whole, rtol=1e-6)
   # Dividing each micro-batch by its own count (verl's micro-batch average) would not be exact:
-  own = 0.5 * (agg_loss(v[:1], m[:1], mode, normalizer_for(m[:1]))
-               + agg_loss(v[1:], m[1:], mode, normalizer_for(m[1:])))
+  own = 0.5 * (agg_loss(v[:1], m[:1], mode, normalizer_for(m[:1], horizon=7))
+               + agg_loss(v[1:], m[1:], mode, normalizer_for(m[1:], horizon=7)))
   assert not np.isclose(own, whole)
 
 
@@ -241,6 +261,24 @@ def test_ppo_gradients_and_validation():
   np.testing.assert_allclose(g, [[-1.0, 0.0, 0.0]], atol=1e-6)
   with pytest.raises(ValueError, match="clip_c"):
     ppo_dual_clip_loss(old, old, adv, mask, 0.2, 0.2, 1.0)
+
+
+def test_clamp_passes_the_whole_gradient_on_its_bounds_as_torch_clamp():
+  x = jnp.array([0.5, 0.8, 1.0, 1.2, 1.5])
+  np.testing.assert_array_equal(clamp(x, 0.8, 1.2), jnp.array([0.8, 0.8, 1.0, 1.2, 1.2]))
+  np.testing.assert_array_equal(jax.grad(lambda x: jnp.sum(clamp(x, 0.8, 1.2)))(x), [0, 1, 1, 1, 0])
+  np.testing.assert_array_equal(jax.grad(lambda x: jnp.sum(clamp(x, hi=1.0)))(x), [1, 1, 1, 0, 0])
+  np.testing.assert_array_equal(jax.grad(lambda x: jnp.sum(clamp(x, lo=1.0)))(x), [0, 0, 1, 1, 1])
+
+
+def test_ppo_gradient_with_the_ratio_on_the_clip_bound():
+  # ε_low = ε_high = 0, θ = π_old: ρ = 1 sits on both bounds of clip(ρ, 1, 1), and pg1 = pg2 = −A·ρ. verl's
+  # torch.clamp passes the whole gradient at the bound and torch.maximum splits it between the equal pg1 and pg2, so
+  # d/dlogp = ½(−A·ρ) + ½(−A·ρ·1) = −A: 1 for A = −1, −2 for A = 2 (jnp.clip would give ½ at each bound: −0.625·A).
+  old = jnp.array([[-1.0, -2.0]])
+  adv = jnp.array([[-1.0, 2.0]])
+  g = jax.grad(lambda lp: jnp.sum(ppo_dual_clip_loss(lp, old, adv, jnp.ones((1, 2)), 0.0, 0.0, 3.0).loss))(old)
+  np.testing.assert_allclose(g, [[1.0, -2.0]], rtol=1e-6)
 
 
 # ---------------------------------------------------------------- KL, NLL
@@ -432,5 +470,5 @@ def test_registering_a_new_objective():
 
 
 def test_normalizer_is_a_pytree():
-  norm = Normalizer(tokens=jnp.float32(3.0), sequences=jnp.float32(2.0))
-  assert len(jax.tree.leaves(norm)) == 2
+  norm = Normalizer(tokens=jnp.float32(3.0), sequences=jnp.float32(2.0), horizon=512.0)
+  assert len(jax.tree.leaves(norm)) == 2                   # the horizon is static

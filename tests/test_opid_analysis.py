@@ -1,7 +1,8 @@
 """OPID's analyzer and skill injection (`agentopd_jax.skills.analysis`, `.injection`): the prompts as golden strings
-(checked against the authors' `opid/analysis.py` and `opid/prompting.py`), the tolerant parser on malformed answers
-(hypothesis), critical-first routing, the stats selector, and an analyzer that never stops training: fault-injecting
-backends and the `openai` client against a local fake server (500s, garbage bodies, timeouts)."""
+(checked against the authors' `opid/analysis.py` and `opid/prompting.py`), the tolerant parser against a table of the
+authors' outcomes and on malformed answers (hypothesis), critical-first routing, the stats selector, and an analyzer
+that never stops training: fault-injecting backends and the `openai` client against a local fake server (500s,
+garbage bodies, timeouts)."""
 import json
 import threading
 import time
@@ -13,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentopd_jax.skills.analysis import (BAD_OBJECT, EPISODE_SKILL_INSTRUCTIONS, NO_EPISODE_SKILL, NO_OBJECT, Analysis,
-                                          AnalysisFailure, Analyzer, EpisodeRecord, OpenAIBackend, StepRecord,
-                                          analysis_prompt, discounted_returns, parse_analysis, repair_prompt,
-                                          select_critical_steps_by_stats)
+                                          AnalysisFailure, Analyzer, EpisodeRecord, OpenAIBackend, ParseAbort,
+                                          StepRecord, analysis_prompt, discounted_returns, failure_text,
+                                          parse_analysis, repair_prompt, select_critical_steps_by_stats)
 from agentopd_jax.skills.injection import augment_observation, route, task_description
 
 STEPS = (StepRecord(0, "You are in the middle of a room.", "<think>look</think><action>go to desk 1</action>", 0.9025),
@@ -174,18 +175,22 @@ def test_parser_prefers_fences_and_control_characters():
   assert parse('{"episode_skill": "line\nbreak\ttab"}').episode_skill == "line\nbreak\ttab"  # strict=False
 
 
-@pytest.mark.parametrize("text, message", [
-    ("", NO_OBJECT), ("no json at all", NO_OBJECT), ("```json\n```", NO_OBJECT),
-    ('{"episode_skill": "unterminated', BAD_OBJECT.format("")),
-    ('{"episode_summary": "s", "step_skills": {"0": "a"}}', NO_EPISODE_SKILL),
-    ('{"episode_skill": "   "}', NO_EPISODE_SKILL), ('{"episode_skill": null}', NO_EPISODE_SKILL),
-    ('{"note": 1}', NO_EPISODE_SKILL),
-    ("{{'a': 1}}", BAD_OBJECT.format("")),  # a set of dicts: OPID's literal_eval fallback let a TypeError escape
+@pytest.mark.parametrize("text, message, cause", [
+    ("", NO_OBJECT, None), ("no json at all", NO_OBJECT, None), ("```json\n```", NO_OBJECT, None),
+    ('{"episode_skill": "unterminated', BAD_OBJECT.format(""), json.JSONDecodeError),
+    ("{'episode_skill': x}", BAD_OBJECT.format("malformed node"), ValueError),  # literal_eval's error came last
+    ('{"episode_summary": "s", "step_skills": {"0": "a"}}', NO_EPISODE_SKILL, None),
+    ('{"episode_skill": "   "}', NO_EPISODE_SKILL, None), ('{"episode_skill": null}', NO_EPISODE_SKILL, None),
+    ('{"note": 1}', NO_EPISODE_SKILL, None),
+    ("{{'a': 1}}", "unhashable type: 'dict'", TypeError),  # a set of dicts
 ])
-def test_parser_errors(text, message):
+def test_parser_errors_chain_their_cause(text, message, cause):
   with pytest.raises(ValueError) as err:
     parse(text)
   assert str(err.value).startswith(message)
+  assert type(err.value.__cause__) is cause if cause else err.value.__cause__ is None
+  assert isinstance(err.value, ParseAbort) == (cause is TypeError)
+  assert failure_text(err.value) == (f"{err.value} [{cause.__name__}]" if cause else str(err.value))
 
 
 SKILL = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="`{}[],"), min_size=1).filter(
@@ -195,12 +200,18 @@ PROSE = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters
 
 @settings(max_examples=150, deadline=None)
 @given(summary=SKILL, skill=SKILL, steps=st.dictionaries(st.integers(-3, 12), SKILL | st.just(" "), max_size=6),
-       k=st.integers(0, 6), wrap=st.sampled_from(["plain", "fence", "prose", "trailing", "indent"]),
+       k=st.integers(0, 6), wrap=st.sampled_from(["plain", "fence", "prose", "trailing", "indent", "repr"]),
        before=PROSE, after=PROSE, ascii_only=st.booleans())
 def test_any_valid_answer_parses_back(summary, skill, steps, k, wrap, before, after, ascii_only):
   obj = {"episode_summary": summary, "episode_skill": skill, "step_skills": {str(i): v for i, v in steps.items()}}
   text = json.dumps(obj, indent=2 if wrap == "indent" else None, ensure_ascii=ascii_only)
-  if wrap == "fence":
+  if wrap == "repr":  # a Python literal: read by the literal_eval fallback only when no "{" JSON-decodes, and
+    text = repr(obj)  # an empty step_skills {} does, so OPID returns that {} and finds no episode_skill
+    if not steps:
+      with pytest.raises(ValueError, match=NO_EPISODE_SKILL):
+        parse(text, candidates=range(10), k=k)
+      return
+  elif wrap == "fence":
     text = f"{before}```json\n{text}\n```{after}"
   elif wrap == "prose":
     text = f"{before}\n{text}\n{after}"
@@ -229,6 +240,96 @@ def test_deep_nesting_is_a_value_error():
   with pytest.raises(ValueError):
     parse("{" * 5000 + "}" * 5000)
 
+
+
+# The differential table: each answer with the outcome the authors' `opid/analysis.py` gives it, worked out by reading
+# (and running) their chain: `_candidate_json_texts` (fenced blocks, then the whole text) → `_json_text_variants`
+# (each text, then it with trailing commas removed) → `_decode_json_objects` (raw_decode from every "{"; only when
+# none decodes, ast.literal_eval of each balanced span) → the first object holding "episode_skill", else the first →
+# `_parse_analysis_response` (int(key), str(value)) → the analyze loop (blank episode skill: repair; candidates,
+# first K). Outcomes: ok (summary, episode skill, step skills), repair (the parse error the repair prompt quotes),
+# abort (OPID's parser raises something that is not a ValueError: that trajectory's analysis ends, no repair).
+def ok(skill, steps=None, summary=""):
+  return ("ok", summary, skill, steps or {})
+
+
+OPID_TABLE = [
+    # where the object is found
+    ("fenced", 'Result:\n```json\n{"episode_skill": "e", "step_skills": {"0": "a"}}\n```', 2, ok("e", {0: "a"})),
+    ("fence-before-text", '{"episode_skill": "raw"}\n```json\n{"episode_skill": "fenced"}\n```', 2, ok("fenced")),
+    ("prose-around", 'Sure. {"episode_skill": "e"} Hope it helps.', 2, ok("e")),  # raw_decode from a "{"
+    ("helper-object-first", '{"note": 1} {"episode_skill": "f"}', 2, ok("f")),  # the first holding episode_skill
+    ("two-answers", '{"episode_skill": "e"} {"episode_skill": "f"}', 2, ok("e")),  # ... the first of them
+    ("truncated-inner-answer", 'Here: {"answer": {"episode_skill": "in", "step_skills": {"1": "b"}}, "more": ', 2,
+     ok("in", {1: "b"})),  # the outer object is cut; a complete inner one decodes from its own "{"
+    ("truncated-steps-only", '{"episode_skill": "e", "step_skills": {"0": "a"}', 2,
+     ("repair", NO_EPISODE_SKILL)),  # only the inner step_skills object decodes, and it has no episode_skill
+    ("no-object", "Sorry, I cannot.", 2, ("repair", NO_OBJECT)),
+    ("unterminated", '{"episode_skill": "cut', 2,
+     ("repair", BAD_OBJECT.format("Unterminated string starting at: line 1 column 19 (char 18)"))),
+    # Python literals: only when no "{" of the text JSON-decodes
+    ("python-literals", "{'episode_skill': 'e', 'step_skills': {0: 'a', 1: True}}", 2, ok("e", {0: "a", 1: "True"})),
+    ("python-key-types", "{'episode_skill': 'e', 'step_skills': {True: 'a', 2.9: 'b'}}", 2, ok("e", {1: "a", 2: "b"})),
+    ("python-empty-inner", "{'episode_skill': 'e', 'step_skills': {}}", 2,
+     ("repair", NO_EPISODE_SKILL)),  # the inner {} is JSON, so the literal fallback never runs
+    ("python-malformed", "{'episode_skill': x}", 2, ("repair", BAD_OBJECT.format("malformed node or string"))),
+    # trailing commas: the repaired variant comes after the text itself
+    ("trailing-json", '{"episode_skill": "e", "ok": true,}', 2, ok("e")),  # literal_eval refuses `true`
+    ("trailing-inside-string", '{"episode_skill": "x, }", "ok": true,}', 2, ok("x}")),  # the repair edits strings
+    ("trailing-fenced", '```json\n{"episode_skill": "e",}\n```', 2, ok("e")),
+    # values: str() of each; keys int(), then candidates, then the first K
+    ("non-string-values", '{"episode_skill": 0, "step_skills": {"0": 0, "1": [], "2": {}}}', 3,
+     ok("0", {0: "0", 1: "[]", 2: "{}"})),
+    ("false-skill", '{"episode_skill": false}', 2, ok("False")),
+    ("nan-skill", '{"episode_skill": NaN}', 2, ok("nan")),
+    ("keys", '{"episode_skill": "e", "step_skills": {"x": "a", "7": "b", " 2 ": "c", "1.0": "d", "+0": "e", '
+     '"00": "f"}}', 2, ok("e", {2: "c", 0: "f"})),  # "00" overwrites "+0" in its place
+    ("blank-counts-for-k", '{"episode_skill": "e", "step_skills": {"0": " ", "1": "b"}}', 1,
+     ok("e")),  # OPID keeps {0: " "} and never uses it
+    ("steps-not-a-dict", '{"episode_skill": "e", "step_skills": ["a"]}', 2, ok("e")),
+    # null is no skill: the project's choice (OPID routes str(None) == "None": summary "None", step skill {0: "None"})
+    ("null-step-skill", '{"episode_summary": null, "episode_skill": "e", "step_skills": {"0": null, "1": "b"}}', 1,
+     ok("e") + (1,)),  # 1 null step skill counted
+    ("null-episode-skill", '{"episode_skill": null}', 2, ("repair", NO_EPISODE_SKILL)),  # OPID: episode skill "None"
+    # OPID's parser raises something other than ValueError: its analyze loop does not catch it
+    ("unhashable-key", "{[1]: 2} {'episode_skill': 'x'}", 2, ("abort", "TypeError")),
+    ("set-of-dicts", "{{'a': 1}}", 2, ("abort", "TypeError")),
+    ("infinite-key", "{'episode_skill': 'e', 'step_skills': {1e999: 'a'}}", 2, ("abort", "OverflowError")),
+    ("deep-json", '{"a":' * 3000, 2, ("abort", "RecursionError")),
+    # a decode error that is not a JSONDecodeError ends the parse at once
+    ("huge-integer", '{"n": ' + "1" * 5000 + '} {"episode_skill": "x"}', 2,
+     ("repair", "Exceeds the limit (4300 digits) for integer string conversion")),
+]
+STEPS3 = STEPS + (StepRecord(2, "On the desk 1, you see nothing.", "<action>look</action>"),)
+
+
+@pytest.mark.parametrize("text, k, want", [pytest.param(*row[1:], id=row[0]) for row in OPID_TABLE])
+def test_parser_follows_opid_chain(text, k, want):
+  a, _ = analyzer(Scripted(text, answer()), k=k)
+  [got] = a.analyze([episode(steps=STEPS3)])
+  calls = [c[0]["content"] for c in a.backend.calls]
+  if want[0] == "ok":
+    assert (got.episode_summary, got.episode_skill, got.step_skills) == want[1:4] and len(calls) == 1
+    assert a.stats["null_step_skills"] == (want[4] if len(want) > 4 else 0)
+  elif want[0] == "repair":
+    assert isinstance(got, Analysis) and got.raw == answer() and len(calls) == 2
+    assert calls[1].startswith(calls[0]) and f"Parse error: {want[1]}" in calls[1]
+  else:
+    assert isinstance(got, AnalysisFailure) and got.kind == "parse" and want[1] in got.error and len(calls) == 1
+    assert (a.stats["parse_failures"], a.stats["repairs"]) == (1, 0)
+
+
+def test_unusable_answers_are_logged_with_their_cause(caplog):
+  a, _ = analyzer(Scripted('{"episode_skill": "cut', "{[1]: 2}"))
+  with caplog.at_level("WARNING", logger="agentopd_jax.skills.analysis"):
+    [got] = a.analyze([episode()])
+  assert got == AnalysisFailure("parse", "unhashable type: 'list' [TypeError]", raw="{[1]: 2}")
+  assert [r.getMessage() for r in caplog.records] == [
+      "OPID analyzer JSON parse failed on attempt 1/2: " + BAD_OBJECT.format(
+          "Unterminated string starting at: line 1 column 19 (char 18)") + " [JSONDecodeError]",
+      "OPID analyzer JSON parse failed on attempt 2/2: unhashable type: 'list' [TypeError]",
+      "OPID analyzer gave no usable answer; skipping teacher skill for this trajectory: unhashable type: 'list' "
+      "[TypeError]"]
 
 # ------------------------------------------------------------------------------------------------ injection
 PROMPT = ("You are an expert autonomous agent.\nYour task is to: find a red mug.\nYour history: none.\n"

@@ -84,6 +84,16 @@ def test_subem_at_the_turn_limit_judges_the_last_answer_in_the_history():
   assert env.step("<search>x</search>")[3]["subem"] == 0.0  # no answer at all
 
 
+def test_verl_agent_scores_the_history_joined_without_separators():
+  """SkyRL's SearchEnv scores `"".join` of the episode's messages: an `<answer>` tag split over two turns (no search
+  between them, so no observation) is read whole at the turn limit."""
+  env = SearchEnv(search_url=DEAD, max_turns=2)
+  env.reset(TASK)
+  assert env.step("<ans")[1:3] == (0.0, False)
+  _, score, done, infos = env.step("wer>1964</answer>")
+  assert (score, done, infos["won"], infos["subem"], infos["action"]) == (1.0, True, True, 1.0, "invalid")
+
+
 @pytest.mark.parametrize("obs_format", ["verl-agent", "search-r1"])
 def test_unreachable_retriever_fails_the_episode_in_process(obs_format, test_tasks):
   """Retries spent: the step ends the episode as a failed one (what VectorEnv reports for an env that raised), not an

@@ -253,22 +253,45 @@ def test_rlsd_advantages_hand_values():
   adv = np.array([[0, 2, 2, 2], [0, -1, -1, -1], [0, 0, 0, 0]], np.float32)
   old = np.array([[0, -1.0, -2.0, -0.5], [0, -1.5, -1.0, -3.0], [0, -0.2, 0, 0]], np.float32)
   delta = np.array([[5.0, LN(1.1), LN(2), -LN(2)], [5.0, LN(1.1), -LN(2), LN(2)], [0, LN(2), 0, 0]], np.float32)
-  out = rlsd_advantages(adv, old + delta, old, mask, 0.5, 0.2)
+  segments = (mask > 0).astype(np.int32)
+  out = rlsd_advantages(adv, old + delta, old, mask, segments, 0.5, 0.2)
   assert isinstance(out, np.ndarray) and out.dtype == np.float32
   np.testing.assert_allclose(out, [[0, 2.1, 2.2, 1.8], [0, -(0.5 + 0.5 / 1.1), -1.1, -0.9], [0, 0, 0, 0]], rtol=1e-6)
   np.testing.assert_allclose(out[1, 1], -0.954545, atol=1e-6)
-  np.testing.assert_allclose(rlsd_advantages(adv, old + delta, old, mask, 0.0, 0.2), adv)      # λ = 0: GRPO
+  np.testing.assert_allclose(rlsd_advantages(adv, old + delta, old, mask, segments, 0.0, 0.2), adv)   # λ = 0: GRPO
   # λ = 1: A·w alone: 2.2, 2.4, 1.6 | −0.909091, −1.2, −0.8
-  np.testing.assert_allclose(rlsd_advantages(adv, old + delta, old, mask, 1.0, 0.2),
+  np.testing.assert_allclose(rlsd_advantages(adv, old + delta, old, mask, segments, 1.0, 0.2),
                              [[0, 2.2, 2.4, 1.6], [0, -1 / 1.1, -1.2, -0.8], [0, 0, 0, 0]], rtol=1e-6)
 
 
+def test_rlsd_takes_each_samples_advantage_at_its_first_loss_token():
+  # As the reference (A_seq = advantages[first valid token]), whatever the advantages do further along the sample
+  # (OPID's token-level shift). λ = ½, ε_w = 0.2, Δ = ln 2 everywhere (w = 1.2 if A > 0, 0.8 if A < 0).
+  # Row 0, one sample: A = 2 at its first loss token (column 1) → Â = 2(½ + ½·1.2) = 2.2 on every token, although
+  #   the given advantages there are 2, −1, 0.5 (per token: 2.2, −0.9, 0.55).
+  # Row 1, two packed samples: segment 1 (columns 0-2, loss from 1) A = −1 → Â = −(½ + ½·0.8) = −0.9;
+  #   segment 2 (columns 3-5, loss from 4) A = 3 → Â = 3.3, though its last token says −3. Column 6 is padding.
+  mask = np.array([[0, 1, 1, 1, 0, 0, 0], [0, 1, 1, 0, 1, 1, 0]], np.float32)
+  segments = np.array([[1, 1, 1, 1, 0, 0, 0], [1, 1, 1, 2, 2, 2, 0]], np.int32)
+  adv = np.array([[0, 2, -1, 0.5, 0, 0, 0], [0, -1, 4, 0, 3, -3, 0]], np.float32)
+  old = np.full(mask.shape, -1.0, np.float32)
+  out = rlsd_advantages(adv, old + LN(2), old, mask, segments, 0.5, 0.2)
+  np.testing.assert_allclose(out, [[0, 2.2, 2.2, 2.2, 0, 0, 0], [0, -0.9, -0.9, 0, 3.3, 3.3, 0]], rtol=1e-6)
+  # Leading dimensions (a mini-batch's [A, m, T]) are rows too.
+  np.testing.assert_allclose(rlsd_advantages(adv[:, None], old[:, None] + LN(2), old[:, None], mask[:, None],
+                                             segments[:, None], 0.5, 0.2), out[:, None], rtol=1e-6)
+
+
 def test_rlsd_lambda_schedule():
-  cfg = LossConfig(objective="rlsd")       # λ_0 = 0.5, W = 50
-  # λ_i = 0.5·max(0, 1 − (i − 1)/50): i = 1 → 0.5; 25 → 0.5·26/50 = 0.26; 26 → 0.25; 50 → 0.01; 51 → 0; 200 → 0.
-  for i, lam in [(1, 0.5), (25, 0.26), (26, 0.25), (50, 0.01), (51, 0.0), (200, 0.0)]:
+  cfg = LossConfig(objective="rlsd")       # λ_0 = 0.5, W = 50, the authors' schedule
+  # λ_i = 0.5·max(0, 1 − i/50): i = 1 → 0.49; 25 → 0.25; 26 → 0.24; 49 → 0.01; 50 → 0; 200 → 0.
+  for i, lam in [(1, 0.49), (25, 0.25), (26, 0.24), (49, 0.01), (50, 0.0), (200, 0.0)]:
     assert rlsd_lambda(cfg, i) == pytest.approx(lam, abs=1e-12), i
-  assert rlsd_lambda(dataclasses.replace(cfg, rlsd_lambda=0.3, rlsd_warmdown_steps=4), 3) == pytest.approx(0.15)
+  assert rlsd_lambda(dataclasses.replace(cfg, rlsd_lambda=0.3, rlsd_warmdown_steps=4), 2) == pytest.approx(0.15)
+  # "from_lambda0": the same line one iteration later, λ_0 at iteration 1: 0.5·max(0, 1 − (i − 1)/50).
+  late = dataclasses.replace(cfg, rlsd_schedule="from_lambda0")
+  for i, lam in [(1, 0.5), (26, 0.25), (50, 0.01), (51, 0.0)]:
+    assert rlsd_lambda(late, i) == pytest.approx(lam, abs=1e-12), i
   for bad in (0, -1, 1.5):
     with pytest.raises(ValueError, match="iteration"):
       rlsd_lambda(cfg, bad)
@@ -279,7 +302,7 @@ def test_rlsd_prepare_reweights_host_side_and_the_loss_is_grpo():
   host = jax.tree.map(np.asarray, batch)
   obj = get_objective("rlsd")
   cfg = LossConfig(objective="rlsd")
-  prepared = obj.prepare(host, cfg, 1)
+  prepared = obj.prepare(host, dataclasses.replace(cfg, rlsd_schedule="from_lambda0"), 1)   # λ = λ_0 = ½
   assert isinstance(prepared.advantages, np.ndarray)
   # λ = ½, Δ = log π_T − log π_old = GAP (θ = old here). Row 0 (A = 1): w = clip(e^Δ): e^{ln3/5} = 3^0.2 = 1.245731
   # → 1.2; e^{−ln3/5} = 0.802742; 1 → Â = ½ + ½w = 1.1, 0.901371, 1. Row 1 (A = −1): w = clip(e^{−Δ}):
@@ -287,10 +310,14 @@ def test_rlsd_prepare_reweights_host_side_and_the_loss_is_grpo():
   expected = [[0, 1.1, 0.5 + 0.5 * 3 ** -0.2, 1.0], [0, -0.9, -1.1, 0]]
   np.testing.assert_allclose(prepared.advantages, expected, rtol=1e-6)
   np.testing.assert_array_equal(host.advantages, np.asarray(batch.advantages))     # the input is not modified
-  # The loss is GRPO's on the reweighted advantages; from iteration W + 1 on the advantages are GRPO's own.
+  # The loss is GRPO's on the reweighted advantages.
   loss, _ = _run(cfg, scores, jax.tree.map(jnp.asarray, prepared))
   np.testing.assert_allclose(loss, -(1.1 + 0.5 + 0.5 * 3 ** -0.2 + 1.0 - 0.9 - 1.1) / 5, rtol=1e-5)
-  np.testing.assert_allclose(obj.prepare(host, cfg, 51).advantages, host.advantages)
+  # The default schedule at iteration 25 of W = 50: λ = ½·(1 − 25/50) = ¼, so Â = A(¾ + ¼w): row 0 0.75 + 0.3 =
+  # 1.05, 0.75 + 0.25·3^−0.2, 1; row 1 −(0.75 + 0.2) = −0.95, −(0.75 + 0.3) = −1.05. From iteration W on, GRPO's own.
+  np.testing.assert_allclose(obj.prepare(host, cfg, 25).advantages,
+                             [[0, 1.05, 0.75 + 0.25 * 3 ** -0.2, 1.0], [0, -0.95, -1.05, 0]], rtol=1e-6)
+  np.testing.assert_allclose(obj.prepare(host, cfg, 50).advantages, host.advantages)
   with pytest.raises(ValueError, match="batch.teacher_logprobs"):
     obj.prepare(host.replace(teacher_logprobs=None), cfg, 1)
 
@@ -346,6 +373,23 @@ def test_skill_sd_clamps():
   np.testing.assert_allclose(skill_sd_per_token(lp, teacher, old, one), [[math.exp(10) * (LN(2) - 0.5)]], rtol=1e-5)
   np.testing.assert_allclose(jax.grad(lambda x: jnp.sum(skill_sd_per_token(x, teacher, old, one)))(lp),
                              [[math.exp(10) * 0.5]], rtol=1e-5)
+
+
+def test_skill_sd_gradient_at_the_clamp_bounds_is_torchs():
+  """The reference's torch.clamp(max=...) passes the whole gradient when its input equals the bound."""
+  one = jnp.ones((1, 1))
+  # log ρ = log π_θ − log π_old = −1 − (−11) = 10, on the bound: ρ = e^10 keeps dρ/dlogp = ρ. ℓ = −1 − (−2) = 1,
+  # k3 = e^−1 − 1 + 1 = e^−1, dk3/dlogp = 1 − e^−1. d(ρ·k3)/dlogp = ρ·k3 + ρ(1 − e^−1) = e^10
+  # (half of dρ, as jnp.minimum gives at a tie, would be e^10·(1 − ½e^−1)).
+  lp, teacher, old = jnp.array([[-1.0]]), jnp.array([[-2.0]]), jnp.array([[-11.0]])
+  np.testing.assert_allclose(jax.grad(lambda x: jnp.sum(skill_sd_per_token(x, teacher, old, one)))(lp),
+                             [[math.exp(10)]], rtol=1e-5)
+  # −ℓ = −(−21 − (−1)) = 20, on the bound; ρ = 1 (θ = π_old). k3 = e^20 − 1 − 20, dk3/dlogp = 1 − e^20, so
+  # d(ρ·k3)/dlogp = k3 + (1 − e^20) = −20 (half of d e^{−ℓ}: ½e^20 − 20). Float64: the e^20 terms cancel.
+  with jax.enable_x64(True):
+    lp, teacher = jnp.array([[-21.0]]), jnp.array([[-1.0]])
+    np.testing.assert_allclose(jax.grad(lambda x: jnp.sum(skill_sd_per_token(x, teacher, lp, one)))(lp),
+                               [[-20.0]], rtol=1e-9)
 
 
 def test_skill_grpo_is_grpo():
@@ -410,7 +454,7 @@ def test_missing_teacher_signals_raise_one_clear_error():
     ("sdar_gate", "max"), ("sdar_divergence", "kl"), ("distill_top_k", 1), ("distill_top_k", 4.0),
     ("distill_top_k", True), ("skill_sd_coef", -1e-3), ("rlsd_lambda", 1.5), ("rlsd_lambda", -0.1),
     ("rlsd_warmdown_steps", 0), ("rlsd_warmdown_steps", 2.5), ("rlsd_eps_w", 1.0), ("rlsd_eps_w", -0.1),
-    ("rlsd_eps_w", "0.2")])
+    ("rlsd_eps_w", "0.2"), ("rlsd_schedule", "cosine")])
 def test_loss_config_rejects_bad_values(field, bad):
   with pytest.raises(ValueError, match=f"LossConfig.{field}"):
     LossConfig(objective="sdar", **{field: bad})
@@ -420,7 +464,8 @@ def test_loss_config_defaults():
   cfg = LossConfig()
   assert (cfg.sdar_coef, cfg.gate_beta, cfg.sdar_gate, cfg.sdar_divergence, cfg.distill_top_k) == (
       0.01, 5.0, "gap", "reverse_kl", 16)
-  assert (cfg.skill_sd_coef, cfg.rlsd_lambda, cfg.rlsd_warmdown_steps, cfg.rlsd_eps_w) == (0.001, 0.5, 50, 0.2)
+  assert (cfg.skill_sd_coef, cfg.rlsd_lambda, cfg.rlsd_warmdown_steps, cfg.rlsd_eps_w, cfg.rlsd_schedule) == (
+      0.001, 0.5, 50, 0.2, "released_code")
   assert hash(LossConfig(objective="sdar")) == hash(LossConfig(objective="sdar"))
 
 

@@ -124,7 +124,7 @@ def test_bad_names_are_errors(tmp_path):
   with pytest.raises(ValueError, match=r"skills.retrieval must be one of \('km', 'km_words', 'full', 'random', 'ucb'"):
     make_retriever("bm25", bank, "keywords")
   with pytest.raises(ValueError, match="skill rule must be one of"):
-    make_retriever("km", bank, "prompt")
+    make_retriever("km", bank, "text")
   with pytest.raises(ValueError, match="skill bank: no such folder"):
     SkillBank.load(tmp_path / "missing")
 
@@ -200,6 +200,39 @@ def test_search_rule(source, prompt, want, want_words):
     task = SearchTask(prompt, ("x",), source, "id")
     got = retriever.retrieve(SkillQuery(prompt=prompt, **query(task)), 0)
     assert got.skills == (GENERAL,) + ((expected,) if expected else ()), name
+
+
+def test_prompt_rule_is_keywords_alone(tmp_path):
+  """SDAR's `get_privileged_info_from_prompt`: no compare test, no game file, no data source."""
+  bank = sdar_like(tmp_path)
+  assert km(bank, rule="prompt", prompt="which shirt, red or blue?").skills == (GENERAL, "apparel")
+  assert km(bank, rule="prompt", prompt="nothing here", gamefile="pick_and_place/").skills == (GENERAL,)
+  retriever, query = retriever_for("search")
+  task = SearchTask("Which one, A or B?", ("x",), "nq", "id")
+  assert retriever.retrieve(SkillQuery(prompt=task.question, **query(task)), 0).skills == (GENERAL, "direct_retrieval")
+  assert retriever.retrieve(SkillQuery(prompt=task.question, **query(task)), 0, "prompt").skills == (GENERAL,)
+  with pytest.raises(ValueError, match="skill rule"):
+    retriever.retrieve(SkillQuery(), 0, "words")
+
+
+def test_student_prompt_skills_match_by_keywords_like_sdars_skill_grpo_collector():
+  """Skill-GRPO's student prompts: a search question gets the general skills alone whatever its data source (the
+  search bank has no keywords); an ALFWorld prompt is typed by its words, not its game file. Placed raw, as the
+  teacher reads them, the skills follow the env's rule."""
+  from agentopd_jax.teachers.privileged import SkillContext
+
+  ctx = SkillContext("search")
+  tasks = [SearchTask("Who founded the studio?", ("x",), "nq", "id")]
+  context, used = ctx.prompt_context(tasks, key=0)
+  assert context.prefix(0, "Your question: Who founded the studio?") == privileged_prefix(ctx.retriever.bank.general)
+  assert used == {0: {GENERAL}}
+  context, used = ctx.prompt_context(tasks, key=0, placement="raw")
+  context.prefix(0, "Your question: Who founded the studio?")
+  assert used == {0: {GENERAL, "direct_retrieval"}}
+  ctx = SkillContext("alfworld")
+  context, used = ctx.prompt_context(["json/pick_heat_then_place_in_recep-Egg/"], key=0)
+  context.prefix(0, "Your task is to: clean some mug and put it in coffeemachine.")
+  assert used == {0: {GENERAL, "clean", "pick_and_place"}}
 
 
 # ------------------------------------------------------------------------------------ full, random, UCB, state

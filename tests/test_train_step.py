@@ -104,6 +104,26 @@ def test_kl_objective_without_reference_is_an_error():
     make_train_step(CONFIG, LossConfig(kl_coef=0.1), make_optimizer(OPTIM))
 
 
+def test_seq_mean_counts_every_sample_and_no_padding_row():
+  """verl's seq-mean divides by every row of its batch, a sample without loss tokens too; the rows that pad a
+  mini-batch (segment id 0) are not in its batch. Rows 6 and 7 below have no loss tokens; row 7 is padding, or a
+  sample: the per-token losses are the same, and the mean is over 7 rows, or 8."""
+  batch = _batch()
+  batch.loss_mask[6:] = 0.0
+  batch.advantages[6:] = 0.0
+  batch.old_logprobs[6:] = 0.0
+  batch.segment_ids[7] = 0
+  as_sample = batch.replace(segment_ids=batch.segment_ids.copy())
+  as_sample.segment_ids[7, 0] = 1
+  model = model_config.preset("tiny", vocab_size=256, hidden_size=16, intermediate_size=32, num_layers=1, num_heads=1,
+                              num_kv_heads=1, head_dim=16)
+  optimizer = make_optimizer(OPTIM)
+  step = make_train_step(model, LossConfig(loss_agg_mode="seq-mean-token-sum"), optimizer)
+  pg = [float(step(init_state(transformer.init_params(model, jax.random.key(0)), optimizer),
+                   split_minibatches(b, 8, 8)[0])[1]["pg_loss"]) for b in (batch, as_sample)]
+  np.testing.assert_allclose(pg[1], pg[0] * 7 / 8, rtol=1e-5)
+
+
 def test_split_minibatches_shapes_and_errors():
   parts = split_minibatches(_batch(rows=8), 4, 2)
   assert len(parts) == 2 and parts[0].tokens.shape == (2, 2, 24)

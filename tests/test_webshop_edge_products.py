@@ -1,5 +1,6 @@
-"""WebShop on crafted products the generated catalogue never has: option values that equal a button's text, and
-whitespace-only or empty fields.
+"""WebShop on crafted products the generated catalogue never has: option values that equal a button's text,
+whitespace-only or empty fields, and records lacking the fields WebShop's loader fills in (price, options,
+attributes) or ignores.
 
 Expected page texts were obtained by rendering verl-agent's vendored WebShop templates (commit 796ed31,
 `agent_system/environments/env_package/webshop/webshop/web_agent_site/templates/*.html`) with Jinja 3.1.6
@@ -70,6 +71,56 @@ def test_attributes_page():
       f"{HEAD} [SEP] DUMMY_ATTR [SEP] beauty [SEP] hair extensions [SEP] {CATEGORY}")
 
 
+PLAIN_ITEM = (f"{HEAD} [SEP] Foo Hair Extension [SEP] Price: $12.99 [SEP] Rating: N.A. [SEP] Description [SEP] "
+              "Features [SEP] Reviews [SEP] Buy Now")
+
+
+def _load(tmp_path, edit_item=lambda item: None, edit_attributes=lambda attributes: None):
+  """One record through the real-data path (`read_files` checks it, `process` builds the product)."""
+  item = _raw("B0EDGE0003", "Foo Hair Extension", "Soft.", ["bp1"], {})
+  attributes = {"B0EDGE0003": {"attributes": ["natural looking"], "instruction": "i need hair",
+                               "instruction_attributes": ["natural looking"]}}
+  edit_item(item)
+  edit_attributes(attributes)
+  catalog.write_files(str(tmp_path), [item], attributes)
+  return catalog.process(*catalog.read_files(str(tmp_path)))[0]
+
+
+@pytest.mark.parametrize("edit", [lambda p: p.pop("pricing"), lambda p: p.update(pricing=None),
+                                  lambda p: p.update(pricing="")])
+def test_a_missing_price_is_webshops_100_dollars(tmp_path, edit):
+  product = _load(tmp_path, edit)
+  assert (product["pricing"], product["Price"]) == ([100.0], "$100.0")
+  assert pages.item_page(INSTR, product).text == PLAIN_ITEM.replace("$12.99", "$100.0")
+  assert pages.results_page(INSTR, [product], 1, 1).text.endswith("B0EDGE0003 [SEP] Foo Hair Extension [SEP] $100.0")
+
+
+@pytest.mark.parametrize("edit", [lambda p: p.pop("customization_options"),
+                                  lambda p: p.update(customization_options=None),
+                                  lambda p: p.update(customization_options={"Color": None})])
+def test_missing_options_are_none(tmp_path, edit):
+  product = _load(tmp_path, edit)
+  assert product["options"] == {} and pages.item_page(INSTR, product).text == PLAIN_ITEM
+
+
+def test_fields_webshop_drops_or_only_shows_as_images_change_nothing(tmp_path):
+  """`images` (MainImage, an <img> with no text) and the keys `clean_product_keys` pops (product_information,
+  brand, ...) leave the product's pages as they are; a `small_description` string is one bullet point."""
+  plain = _load(tmp_path / "plain")
+  assert _load(tmp_path / "images", lambda p: p.pop("images")) == plain
+  assert _load(tmp_path / "extra", lambda p: p.update(product_information={"Color": "Black"}, brand="Foo")) == plain
+  one = _load(tmp_path / "one", lambda p: p.update(small_description="bp1"))
+  assert one == plain and pages.sub_page(INSTR, one, "Features").text == f"{HEAD} [SEP] bp1"
+
+
+@pytest.mark.parametrize("edit", [lambda a: a.pop("B0EDGE0003"), lambda a: a["B0EDGE0003"].pop("attributes")])
+def test_missing_attributes_are_webshops_dummy(tmp_path, edit):
+  product = _load(tmp_path, edit_attributes=edit)
+  assert product["Attributes"] == ["DUMMY_ATTR"]
+  assert pages.sub_page(INSTR, product, "Attributes").text == (
+      f"{HEAD} [SEP] DUMMY_ATTR [SEP] beauty [SEP] hair extensions [SEP] {CATEGORY}")
+
+
 GOAL = {"asin": "B0EDGE0001", "query": "hair extensions", "name": "Foo Bar Hair Extension",
         "product_category": CATEGORY, "instruction_text": INSTR, "attributes": ["natural looking"],
         "price_upper": 40.0, "goal_options": {"color": "buy now"}}
@@ -92,6 +143,7 @@ def test_buy_now_buys_although_an_option_shadows_it(env):
   expected = reward.get_reward(SHADOWING, GOAL, 12.99, {"color": "natural black"}).total
   assert done and score == expected == pytest.approx(2 / 3) and env.options == {"color": "natural black"}
   assert obs == pages.done_page("B0EDGE0001", {"color": "natural black"}, expected).text
+  assert infos["available_actions"] == {"has_search_bar": True, "clickables": ["search"]}  # the next session's
 
 
 @pytest.mark.parametrize("name", ["description", "features", "reviews", "attributes"])

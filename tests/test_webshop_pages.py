@@ -181,7 +181,10 @@ def test_buy_scores_with_webshop_reward_and_ends(env):
   expected = reward.get_reward(env.shop.products[asin.upper()], goal, env.shop.prices[asin.upper()], {}).total
   assert done and score == expected and infos["task_score"] == expected and infos["won"] == (expected == 1.0)
   assert obs == pages.done_page(asin.upper(), {}, expected).text
-  assert infos["available_actions"] == {"has_search_bar": False, "clickables": []}
+  # verl-agent's WebAgentTextEnv resets to a new session once Buy Now is done, and its worker then reads
+  # get_available_actions() off that session's search page.
+  assert infos["available_actions"] == env.available_actions() == {"has_search_bar": True, "clickables": ["search"]}
+  assert env.page.kind == "done"
 
 
 def test_episode_is_cut_after_max_steps():

@@ -5,6 +5,9 @@ run, scored on the student's own rollouts (`scoring.fused`, teacher mode "params
 
   * `topk_reverse_kl` — the live code ("Student Top-k OPD", `core_opd.topk_reverse_kl_per_teacher`): a reverse KL on
     the student's top-k support, both distributions renormalised there. Dense (k tokens per position), low variance.
+    The reference takes the top-k ids from π_old (its log-prob pass before the update); here the train step's own
+    scoring takes them from the live policy, which is π_old because the objective runs only under the Agentic-OPD
+    trainer, one optimizer step per batch (`training.defaults.check_config` rejects any other trainer).
   * `sampled_token_opd_advantage` — the documented/older variant (`core_opd.combine_opd_and_task_advantages`): the
     teacher−student log-prob gap of the sampled token, used as the PPO advantage (`ppo_dual_clip_loss`).
 
@@ -32,7 +35,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from agentopd_jax.objectives.losses import (Normalizer, add_entropy_bonus, agg_loss, ppo_dual_clip_loss,
+from agentopd_jax.objectives.losses import (Normalizer, add_entropy_bonus, agg_loss, clamp, ppo_dual_clip_loss,
                                             require_score, token_share)
 from agentopd_jax.rollout.batch import TrainBatch
 from agentopd_jax.scoring.fused import Scores
@@ -70,8 +73,12 @@ def topk_reverse_kl(student_topk_logprobs: jnp.ndarray, teacher_topk_logprobs: j
                     max_abs_log_ratio: Optional[float] = None) -> jnp.ndarray:
   """Per-token reverse KL on the student's top-k support (Agentic-OPD live code), [B, T, k] × 2 → [B, T]:
 
-    p̃_S = softmax_k(log π_θ(v_k | s_t)),   p̃_T = sg[softmax_k(log π_T(v_k | s_t))],   v_1..v_k = top-k of π_old
+    p̃_S = softmax_k(log π_θ(v_k | s_t)),   p̃_T = sg[softmax_k(log π_T(v_k | s_t))],   v_1..v_k = the top-k ids
     ℓ_t = Σ_k p̃_S,k · clip(log p̃_S,k − log p̃_T,k, −c, c)        (c = max_abs_log_ratio; no clip when None)
+
+  The ids are the student's top-k as its scoring saw it (`Scores.policy_topk_ids`, stop-gradient): the live policy
+  π_θ, which is π_old, the reference's choice, only while one optimizer step is taken per batch (see the module
+  docstring).
 
   Why renormalise: the teacher is only scored at the k ids, so the tail mass of either model is unknown; on the
   common support both are proper distributions and ℓ_t ≥ 0 with equality iff they agree there (a shift of all k
@@ -79,7 +86,7 @@ def topk_reverse_kl(student_topk_logprobs: jnp.ndarray, teacher_topk_logprobs: j
 
   Gradients: only the student's; the teacher is stop-gradient. Without the clamp,
   ∇ℓ = Σ_k ∇p̃_S,k (log p̃_S,k − log p̃_T,k) (the Σ_k p̃_S,k ∇log p̃_S,k term vanishes since Σ_k ∇p̃_S,k = 0). The clamp
-  is `jnp.clip`, like the torch clamp of the reference code: a clamped entry's log-ratio is the constant ±c, so that
+  is `losses.clamp`, the reference's torch clamp: a clamped entry's log-ratio is the constant ±c, so that
   entry passes gradient only through its weight p̃_S,k (pushing its mass down when the student over-weights it by
   more than e^c, up when under-weighted), never through the ratio; so each entry's pull is bounded by c.
 
@@ -91,7 +98,7 @@ def topk_reverse_kl(student_topk_logprobs: jnp.ndarray, teacher_topk_logprobs: j
   if max_abs_log_ratio is not None:
     if not max_abs_log_ratio > 0:
       raise ValueError(f"topk_reverse_kl: max_abs_log_ratio must be > 0 or None, got {max_abs_log_ratio}")
-    log_ratio = jnp.clip(log_ratio, -max_abs_log_ratio, max_abs_log_ratio)
+    log_ratio = clamp(log_ratio, -max_abs_log_ratio, max_abs_log_ratio)
   loss = jnp.sum(jnp.exp(log_ps) * log_ratio, axis=-1)
   return jnp.where(mask > 0, loss, 0.0)
 
@@ -200,7 +207,7 @@ def agentic_opd_loss(scores: Scores, batch: TrainBatch, cfg: "LossConfig",
   Metrics (micro-batch contributions): opd_loss (agg of the OPD term before its coefficient; sampled_token: the
   whole PPO surrogate), opd_reverse_kl (token mean over *all* loss tokens, routed or not: the top-k reverse KL, or
   the sampled-token estimate log π_S − log π_T), lad_routed_frac (routed share of loss tokens), lad_routed_rollouts
-  (share of rows with a routed token, over the mini-batch's rows with loss tokens), entropy; with a PPO term also
+  (share of rows with a routed token, over the rows holding a sample), entropy; with a PPO term also
   task_loss (top-k variant), pg_clipfrac and ppo_kl.
   """
   mask = batch.loss_mask.astype(jnp.float32)

@@ -4,45 +4,75 @@ Every term returns per-token values that are already zero off the loss mask; `ag
 Aggregation divides by a `Normalizer` counted once over the whole *mini-batch* instead of over each micro-batch, so
 the micro-batch losses of a gradient-accumulation loop add up to exactly the mini-batch loss (verl divides each
 micro-batch by its own token count and averages, which weighs tokens unevenly when micro-batches differ in length).
-Formulas follow verl `core_algos` (`agg_loss`, `compute_policy_loss`, `kl_penalty`).
+Formulas follow verl `core_algos` (`agg_loss`, `compute_policy_loss`, `kl_penalty`), with its `torch.clamp`s as
+`clamp`, which passes the gradient the same way.
 """
 from __future__ import annotations
 
 from typing import Dict, NamedTuple, Optional
 
 import chex
+import flax.struct
 import jax.numpy as jnp
 
-AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+PER_SEQUENCE_MODES = ("seq-mean-token-mean", "seq-mean-token-sum")  # a row is one sequence: no packing
 KL_KINDS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
 _LOG_RATIO_CLAMP = 20.0   # verl clamps log π_θ − log π_old (and the k3 log-ratio) to ±20 before exp
 _K3_CLAMP = 10.0          # verl clamps the k3 estimate itself to ±10
 
 
-@chex.dataclass
+def clamp(x: jnp.ndarray, lo: Optional[float] = None, hi: Optional[float] = None) -> jnp.ndarray:
+  """`torch.clamp(x, lo, hi)`, gradient included: all of it reaches x wherever lo ≤ x ≤ hi, ties included, and none
+  outside. (`jnp.clip`, `jnp.minimum` and `jnp.maximum` give half of it to x at a tie, so a loss that mirrors a torch
+  clamp would get a different gradient exactly on the bound, e.g. the PPO ratio at 1 ± ε.)"""
+  if lo is not None:
+    x = jnp.where(x < lo, lo, x)
+  if hi is not None:
+    x = jnp.where(x > hi, hi, x)
+  return x
+
+
+@flax.struct.dataclass
 class Normalizer:
-  """Denominators of the mini-batch: `tokens` = Σ mask, `sequences` = rows with ≥ 1 loss token (each ≥ 1)."""
+  """Denominators of `agg_loss` over one mini-batch: `tokens` = Σ mask and `sequences` = the rows holding a sample
+  (each at least 1), and the constant `horizon` L of seq-mean-token-sum-norm (static; 0 = unset)."""
   tokens: jnp.ndarray
   sequences: jnp.ndarray
+  horizon: float = flax.struct.field(pytree_node=False, default=0.0)
 
 
-def normalizer_for(mask: jnp.ndarray) -> Normalizer:
-  """The normaliser of a (mini-)batch mask [B, T]; compute it over the whole mini-batch, before splitting."""
+def normalizer_for(mask: jnp.ndarray, segment_ids: Optional[jnp.ndarray] = None, horizon: float = 0.0) -> Normalizer:
+  """The normaliser of a (mini-)batch [B, T]; compute it over the whole mini-batch, before splitting.
+
+  Sequences are counted as verl counts them, every row of its batch whether or not it has a loss token, except the
+  padding rows that fill up a mini-batch here (`segment_ids` all 0: they hold no sample and are no row of verl's
+  batch). Without `segment_ids` every row holds a sample. `horizon`: `LossConfig.loss_scale_factor`.
+  """
   chex.assert_rank(mask, 2)
-  m = mask.astype(jnp.float32)
-  tokens = jnp.sum(m)
-  sequences = jnp.sum((jnp.sum(m, axis=-1) > 0).astype(jnp.float32))
-  return Normalizer(tokens=jnp.maximum(tokens, 1.0), sequences=jnp.maximum(sequences, 1.0))
+  if not horizon >= 0:
+    raise ValueError(f"normalizer_for: horizon must be >= 0, got {horizon}")
+  tokens = jnp.sum(mask.astype(jnp.float32))
+  if segment_ids is None:
+    sequences = jnp.float32(mask.shape[0])
+  else:
+    chex.assert_equal_shape([mask, segment_ids])
+    sequences = jnp.sum(jnp.any(segment_ids > 0, axis=-1).astype(jnp.float32))
+  return Normalizer(tokens=jnp.maximum(tokens, 1.0), sequences=jnp.maximum(sequences, 1.0), horizon=float(horizon))
 
 
 def agg_loss(values: jnp.ndarray, mask: jnp.ndarray, mode: str, normalizer: Normalizer) -> jnp.ndarray:
-  """Scalar from per-token values v [B, T] and mask m [B, T]:
+  """Scalar from per-token values v [B, T] and mask m [B, T] (verl's `agg_loss`):
 
-    token-mean:           Σ_{b,t} v·m / N_tokens
-    seq-mean-token-mean:  Σ_b [Σ_t v·m / Σ_t m] / N_seqs     (rows without loss tokens contribute 0)
-    seq-mean-token-sum:   Σ_b Σ_t v·m / N_seqs
+    token-mean:               Σ_{b,t} v·m / N_tokens
+    seq-mean-token-mean:      Σ_b [Σ_t v·m / Σ_t m] / N_seqs   (a sample without loss tokens adds 0; verl: 0/0)
+    seq-mean-token-sum:       Σ_b Σ_t v·m / N_seqs
+    seq-mean-token-sum-norm:  Σ_b Σ_t v·m / L                   (Dr. GRPO: no mean over rows; L = horizon)
 
-  N_tokens, N_seqs come from `normalizer` (the mini-batch's), so the result is additive over row splits.
+  N_tokens, N_seqs and L come from `normalizer` (the mini-batch's), so the result is additive over row splits. verl
+  aggregates each micro-batch and divides the sum by their count (its gradient accumulation), which for the
+  seq-means is the same with equal micro-batches; for seq-mean-token-sum-norm it is this over the number of
+  micro-batches per mini-batch: match a verl run with A of them by L = A × its response length.
   """
   chex.assert_rank([values, mask], 2)
   chex.assert_equal_shape([values, mask])
@@ -52,6 +82,11 @@ def agg_loss(values: jnp.ndarray, mask: jnp.ndarray, mode: str, normalizer: Norm
   if mode == "token-mean":
     return jnp.sum(values * m) / normalizer.tokens
   row_sum = jnp.sum(values * m, axis=-1)
+  if mode == "seq-mean-token-sum-norm":
+    if not normalizer.horizon > 0:
+      raise ValueError("loss_agg_mode 'seq-mean-token-sum-norm' divides by the constant L = "
+                       "LossConfig.loss_scale_factor, which the normaliser lacks (horizon 0)")
+    return jnp.sum(row_sum) / normalizer.horizon
   if mode == "seq-mean-token-mean":
     row_sum = row_sum / jnp.maximum(jnp.sum(m, axis=-1), 1.0)
   return jnp.sum(row_sum) / normalizer.sequences
@@ -80,10 +115,10 @@ def ppo_dual_clip_loss(logprobs: jnp.ndarray, old_logprobs: jnp.ndarray, advanta
   if not clip_c > 1.0:
     raise ValueError(f"ppo_dual_clip_loss: clip_c must be > 1 (dual-clip lower bound), got {clip_c}")
   m = mask.astype(logprobs.dtype)
-  log_ratio = jnp.clip(logprobs - old_logprobs, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+  log_ratio = clamp(logprobs - old_logprobs, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
   ratio = jnp.exp(log_ratio)
   pg1 = -advantages * ratio
-  pg2 = -advantages * jnp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high)
+  pg2 = -advantages * clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
   clip1 = jnp.maximum(pg1, pg2)
   pg3 = -advantages * clip_c
   negative = advantages < 0
@@ -113,8 +148,8 @@ def kl_penalty(logprobs: jnp.ndarray, ref_logprobs: jnp.ndarray, kind: str) -> j
   if kind in ("mse", "k2"):
     return 0.5 * jnp.square(logprobs - ref_logprobs)
   if kind in ("low_var_kl", "k3"):
-    delta = jnp.clip(ref_logprobs - logprobs, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
-    return jnp.clip(jnp.exp(delta) - delta - 1.0, -_K3_CLAMP, _K3_CLAMP)
+    delta = clamp(ref_logprobs - logprobs, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+    return clamp(jnp.exp(delta) - delta - 1.0, -_K3_CLAMP, _K3_CLAMP)
   raise ValueError(f"unknown kl kind {kind!r}; choices: {KL_KINDS}")
 
 

@@ -30,6 +30,7 @@ Metrics = Dict[str, jnp.ndarray]
 # Domains of LossConfig's SDAR fields (objectives.self_distill, which imports this module, implements them).
 SDAR_GATES = ("gap", "entropy", "soft_or")
 SDAR_DIVERGENCES = ("reverse_kl", "topk_forward_kl", "topk_jsd")
+RLSD_SCHEDULES = ("released_code", "from_lambda0")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +44,7 @@ class LossConfig:
   kl_type: str = "low_var_kl"
   entropy_coef: float = 0.0        # c_ent of the −c_ent·H bonus
   loss_agg_mode: str = "token-mean"
+  loss_scale_factor: int = 0       # L of loss_agg_mode "seq-mean-token-sum-norm" (verl: the padded response length)
   pg_loss_coef: float = 1.0        # 0 turns the policy-gradient term off (e.g. SDAR's OPSD-only baseline)
   # Agentic-OPD (objective "agentic_opd", objectives.distill); ignored by the other objectives.
   opd_loss_coef: float = 1.0       # weight of the OPD term
@@ -58,8 +60,9 @@ class LossConfig:
   sdar_divergence: str = "reverse_kl"  # or "topk_forward_kl" / "topk_jsd" over the teacher's top-k
   distill_top_k: int = 16          # k of the teacher's top-k support of the top-k divergences
   skill_sd_coef: float = 0.001     # λ_SDL of Skill-SD's ρ_on·k3 term
-  rlsd_lambda: float = 0.5         # RLSD's λ at iteration 1, decayed linearly to 0
-  rlsd_warmdown_steps: int = 50    # iterations over which RLSD's λ reaches 0 (code default; paper 100)
+  rlsd_lambda: float = 0.5         # RLSD's λ_0, decayed linearly to 0 (`self_distill.rlsd_lambda`)
+  rlsd_warmdown_steps: int = 50    # W: iterations over which RLSD's λ reaches 0 (code default; paper scripts 100)
+  rlsd_schedule: str = "released_code"  # λ_i = λ_0·max(0, 1 − i/W), or "from_lambda0": λ_0·max(0, 1 − (i − 1)/W)
   rlsd_eps_w: float = 0.2          # RLSD token weights clipped to [1 − ε_w, 1 + ε_w]
 
   def __post_init__(self):
@@ -89,10 +92,15 @@ class LossConfig:
       if getattr(self, name) < 0.0:
         raise ValueError(f"LossConfig.{name} must be >= 0, got {getattr(self, name)}")
     # distill_top_k >= 2: a top-1 support renormalises to a point mass, on which every divergence is 0.
-    for name, least in (("opd_top_k", 1), ("distill_top_k", 2), ("rlsd_warmdown_steps", 1)):
+    for name, least in (("opd_top_k", 1), ("distill_top_k", 2), ("rlsd_warmdown_steps", 1),
+                        ("loss_scale_factor", 0)):
       value = getattr(self, name)
       if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise ValueError(f"LossConfig.{name} must be an int >= {least}, got {value!r}")
+    if self.loss_agg_mode == "seq-mean-token-sum-norm" and self.loss_scale_factor == 0:
+      raise ValueError("LossConfig.loss_scale_factor must be > 0 with loss_agg_mode 'seq-mean-token-sum-norm': it is "
+                       "the constant L of Σ v·m / L (verl: the padded response length, e.g. "
+                       "rollout.max_response_tokens)")
     if self.opd_variant not in OPD_VARIANTS:
       raise ValueError(f"LossConfig.opd_variant must be one of {OPD_VARIANTS}, got {self.opd_variant!r}")
     if self.lad_other not in LAD_OTHER:
@@ -101,6 +109,8 @@ class LossConfig:
       raise ValueError(f"LossConfig.sdar_gate must be one of {SDAR_GATES}, got {self.sdar_gate!r}")
     if self.sdar_divergence not in SDAR_DIVERGENCES:
       raise ValueError(f"LossConfig.sdar_divergence must be one of {SDAR_DIVERGENCES}, got {self.sdar_divergence!r}")
+    if self.rlsd_schedule not in RLSD_SCHEDULES:
+      raise ValueError(f"LossConfig.rlsd_schedule must be one of {RLSD_SCHEDULES}, got {self.rlsd_schedule!r}")
     if not 0.0 <= self.rlsd_lambda <= 1.0:
       raise ValueError(f"LossConfig.rlsd_lambda must be in [0, 1], got {self.rlsd_lambda}")
     if not 0.0 <= self.rlsd_eps_w < 1.0:
@@ -115,7 +125,7 @@ class Objective:
   """A named loss plus the scoring branches it reads.
 
   loss_fn(scores, batch, cfg, norm) -> (scalar loss, metrics): pure and jittable; `scores` come from
-    `scoring.fused.score` with this objective's `score_config`, `norm` from `normalizer_for(mini-batch mask)`.
+    `scoring.fused.score` with this objective's `score_config`, `norm` from `normalizer_for` over the mini-batch.
   branches(cfg) -> the ScoreConfig fields this objective sets (policy / reference / teacher / top_k / entropy);
     every other field (vocab_chunk, temperature) is taken from the caller's base config.
   check(cfg) -> None: raises ValueError for settings the objective cannot honour (optional).

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from agentopd_jax.objectives.distill import topk_log_dists
-from agentopd_jax.objectives.losses import Normalizer, agg_loss, require_score, token_share
+from agentopd_jax.objectives.losses import Normalizer, agg_loss, clamp, require_score, token_share
 from agentopd_jax.objectives.registry import (SDAR_GATES, LossConfig, Metrics, Objective, grpo_branches, grpo_loss,
                                               register_objective)
 from agentopd_jax.rollout.batch import TrainBatch
@@ -192,42 +192,56 @@ def _grpo_opsd_check(cfg: LossConfig) -> None:
 
 
 def rlsd_lambda(cfg: LossConfig, iteration: int) -> float:
-  """RLSD's mixing weight at a 1-based GRPO iteration i, W = rlsd_warmdown_steps:
+  """RLSD's mixing weight at a 1-based GRPO iteration i, λ_0 = rlsd_lambda, W = rlsd_warmdown_steps:
 
-    λ_i = rlsd_lambda · max(0, 1 − (i − 1) / W)
+    released_code:  λ_i = λ_0 · max(0, 1 − i / W)
+    from_lambda0:   λ_i = λ_0 · max(0, 1 − (i − 1) / W)
 
-  so iteration 1 gets λ_0, iteration W/2 + 1 gets λ_0/2, and from iteration W + 1 on λ = 0 (plain GRPO). The
-  reference trainer evaluates λ_0(1 − step/W) at its first step = 1, i.e. the same line one iteration later; we start
-  at λ_0 as the paper's "λ decays linearly from λ_0 to 0" reads.
+  `released_code` (the default) is the authors' trainer (`_get_rlsd_lambda(global_steps)`, whose first update is
+  step 1): iteration 1 gets λ_0(1 − 1/W), iteration W/2 gets λ_0/2, and from iteration W on λ = 0 (plain GRPO).
+  `from_lambda0` is the same line one iteration later, starting at λ_0 as the paper's "λ decays linearly from λ_0
+  to 0" reads.
   """
   if isinstance(iteration, bool) or not isinstance(iteration, (int, np.integer)) or iteration < 1:
     raise ValueError(f"rlsd_lambda: iteration is 1-based, got {iteration!r}")
-  return cfg.rlsd_lambda * max(0.0, 1.0 - (iteration - 1) / cfg.rlsd_warmdown_steps)
+  step = iteration if cfg.rlsd_schedule == "released_code" else iteration - 1
+  return cfg.rlsd_lambda * max(0.0, 1.0 - step / cfg.rlsd_warmdown_steps)
 
 
-def rlsd_advantages(advantages, teacher_logprobs, old_logprobs, mask, lam: float, eps_w: float) -> np.ndarray:
-  """RLSD token advantages (`rlsd_utils.compute_rlsd_token_advantage`), host numpy, any matching shapes:
+def rlsd_advantages(advantages, teacher_logprobs, old_logprobs, mask, segment_ids, lam: float,
+                    eps_w: float) -> np.ndarray:
+  """RLSD token advantages (`rlsd_utils.compute_rlsd_token_advantage`), host numpy, any matching shapes [..., T]:
 
-    Δ_t = log π_T(y_t) − log π_old(y_t),   w_t = clip(exp(sign(A_t)·Δ_t), 1 − ε_w, 1 + ε_w)
-    Â_t = A_t·((1 − λ) + λ·w_t)                                         (0 off the mask)
+    A = the sample's advantage at its first loss token (the sequence advantage, as the reference reads it)
+    Δ_t = log π_T(y_t) − log π_old(y_t),   w_t = clip(exp(sign(A)·Δ_t), 1 − ε_w, 1 + ε_w)
+    Â_t = A·((1 − λ) + λ·w_t)                                           (0 off the mask)
 
-  The verifier's sign is kept (w > 0); the teacher only redistributes credit within a sample: on a success
-  (A > 0) tokens it endorses (Δ > 0) get more, on a failure (A < 0) they are penalised less (exp(−Δ) < 1). The clip
-  bounds any token's reweighting to ±ε_w. A = 0 stays 0. Both log-probs are batch constants, so Â is too.
+  A sample is a segment of a row (`segment_ids`: packed rows hold several), so every token of it uses that one A,
+  even where the given advantages vary along it (OPID's token-level skill shift). The verifier's sign is kept
+  (w > 0); the teacher only redistributes credit within a sample: on a success (A > 0) tokens it endorses (Δ > 0)
+  get more, on a failure (A < 0) they are penalised less (exp(−Δ) < 1). The clip bounds any token's reweighting to
+  ±ε_w. A = 0 stays 0. Both log-probs are batch constants, so Â is too.
   """
   a = np.asarray(advantages, np.float32)
+  on = np.asarray(mask) > 0
+  segments = np.asarray(segment_ids).astype(np.int64)
+  rows = np.arange(a.size // a.shape[-1]).reshape(a.shape[:-1] + (1,))
+  sample = (rows * (segments.max(initial=0) + 1) + segments)[on]   # one id per (row, segment), in token order
+  ids, first = np.unique(sample, return_index=True)
+  a_seq = np.zeros_like(a)
+  a_seq[on] = a[on][first][np.searchsorted(ids, sample)]
   delta = np.asarray(teacher_logprobs, np.float32) - np.asarray(old_logprobs, np.float32)
-  weight = np.clip(np.exp(np.sign(a) * delta), 1.0 - eps_w, 1.0 + eps_w)
-  return np.where(np.asarray(mask) > 0, a * ((1.0 - lam) + lam * weight), 0.0).astype(np.float32)
+  weight = np.clip(np.exp(np.sign(a_seq) * delta), 1.0 - eps_w, 1.0 + eps_w)
+  return np.where(on, a_seq * ((1.0 - lam) + lam * weight), 0.0).astype(np.float32)
 
 
 def rlsd_prepare(minibatch: TrainBatch, cfg: LossConfig, iteration: int) -> TrainBatch:
   """RLSD's host-side step: the mini-batch with `rlsd_advantages` at λ = `rlsd_lambda(cfg, iteration)` in place of
-  its GRPO advantages; the loss is then plain `grpo_loss`. (The trainer logs λ itself, from `rlsd_lambda`.)"""
+  its GRPO advantages; the loss is then plain `grpo_loss`."""
   teacher = require_teacher_signal(minibatch.teacher_logprobs, "teacher_logprobs", "objective 'rlsd'")
   return minibatch.replace(advantages=rlsd_advantages(minibatch.advantages, teacher, minibatch.old_logprobs,
-                                                      minibatch.loss_mask, rlsd_lambda(cfg, iteration),
-                                                      cfg.rlsd_eps_w))
+                                                      minibatch.loss_mask, minibatch.segment_ids,
+                                                      rlsd_lambda(cfg, iteration), cfg.rlsd_eps_w))
 
 
 # ---------------------------------------------------------------- Skill-SD
@@ -242,13 +256,14 @@ def skill_sd_per_token(policy_logprobs: jnp.ndarray, teacher_logprobs: jnp.ndarr
 
   k3 ≥ 0 estimates KL(π_θ ‖ π_T) on y_t ~ π_old; ρ_on is the importance ratio from the sampler, and it is not
   detached (as in the reference): the gradient is ρ_on·k3 + ρ_on·(1 − e^{−ℓ}) per unit of ∇log π_θ(y_t) where no
-  clamp is active. Zero off the mask.
+  clamp is active. The mins are the reference's `torch.clamp(max=...)` (`losses.clamp`): at a tie (−ℓ = 20 or
+  log ρ_on = 10) the whole gradient still passes. Zero off the mask.
   """
   chex.assert_rank([policy_logprobs, teacher_logprobs, old_logprobs, mask], 2)
   chex.assert_equal_shape([policy_logprobs, teacher_logprobs, old_logprobs, mask])
   ell = policy_logprobs - jax.lax.stop_gradient(teacher_logprobs)
-  k3 = jnp.exp(jnp.minimum(-ell, _SDL_EXP_CLAMP)) - 1.0 + ell
-  rho = jnp.exp(jnp.minimum(policy_logprobs - jax.lax.stop_gradient(old_logprobs), _SDL_RATIO_CLAMP))
+  k3 = jnp.exp(clamp(-ell, hi=_SDL_EXP_CLAMP)) - 1.0 + ell
+  rho = jnp.exp(clamp(policy_logprobs - jax.lax.stop_gradient(old_logprobs), hi=_SDL_RATIO_CLAMP))
   return jnp.where(mask > 0, rho * k3, 0.0)
 
 

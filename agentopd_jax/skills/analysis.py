@@ -8,8 +8,11 @@ trajectory and writes an episode skill plus skills for at most K critical steps,
 Why the pieces look as they do:
   * The prompt, the JSON-repair prompt and the parse-error messages are OPID's to the byte: the analyzer model only
     sees text, so any drift changes the skills and with them the teacher signal.
-  * The parser is tolerant like OPID's (fenced blocks, every `{`, trailing commas, Python-literal dicts) because a
-    chat model's JSON is often wrapped or sloppy; one repair round (parse_attempts=2) recovers most of the rest.
+  * The parser is OPID's recovery chain, step for step, because a chat model's JSON is often wrapped or sloppy
+    (`extract_object`); one repair round (parse_attempts=2) recovers most of the rest. An answer on which OPID's
+    parser raises something other than ValueError ends that trajectory's analysis without a repair round, as OPID's
+    analyze loop lets it through (`ParseAbort`). One deliberate difference: a null (None) skill or summary is no
+    text, where OPID writes str(None) == "None" and would teach the policy the word "None" (`parse_analysis`).
   * Training never waits on a broken analyzer: a backend that keeps failing (5 tries with exponential backoff, as
     OPID's `chat_completion_with_retry`) or an answer that never parses yields an `AnalysisFailure`, and that
     trajectory simply gets no skill signal. `analyze` raises only for bad arguments.
@@ -21,6 +24,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
+import logging
 import os
 import re
 import threading
@@ -32,6 +36,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from agentopd_jax.skills.injection import task_description
+
+logger = logging.getLogger(__name__)
 
 Messages = List[Dict[str, str]]
 Backend = Callable[[Messages], str]  # chat messages in, the assistant's text out; any exception is an API failure
@@ -138,6 +144,7 @@ class Analysis:
   episode_skill: str
   step_skills: Dict[int, str]
   raw: str = ""  # the answer it was parsed from
+  null_step_skills: int = 0  # step skills among the first K that were null: dropped (OPID would route "None")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,7 +204,13 @@ def repair_prompt(prompt: str, error: object, bad_answer: str) -> str:
 # ------------------------------------------------------------------------------------------------ parsing
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
 _TRAILING_COMMA = re.compile(r",\s*([}\]])")
-_LITERAL_ERRORS = (SyntaxError, ValueError, TypeError, MemoryError, RecursionError)
+
+
+class ParseAbort(ValueError):
+  """An answer on which OPID's parser raises something other than ValueError (its cause, chained: a TypeError from
+  an unhashable Python-literal key, an OverflowError from an infinite step key, a RecursionError or MemoryError
+  from deep nesting). OPID's analyze loop catches only ValueError, so there the exception ends that trajectory's
+  analysis: no repair round, no skill. The message is the cause's text, which OPID records as the analysis error."""
 
 
 def _balanced_slices(text: str) -> List[str]:
@@ -225,14 +238,18 @@ def _balanced_slices(text: str) -> List[str]:
 
 def _decode_objects(text: str) -> Tuple[List[dict], Optional[BaseException]]:
   """Every dict that JSON-decodes from some `{` of `text`; only if there is none, the balanced spans that are
-  Python literals (single quotes, True/None). Returns them and the last error seen."""
+  Python literals (single quotes, True/None, int keys). Returns them and the last error seen.
+
+  Only OPID's errors are skipped: a JSONDecodeError, and a SyntaxError or ValueError from literal_eval. Any other
+  exception propagates: a ValueError that is not a decode error (an integer over Python's digit limit) fails the
+  whole answer with its own text, and anything else becomes a `ParseAbort` in `parse_analysis`."""
   objects, error = [], None
   decoder = json.JSONDecoder(strict=False)
   for i, ch in enumerate(text):
     if ch == "{":
       try:
         obj, _ = decoder.raw_decode(text, i)
-      except (ValueError, RecursionError) as exc:
+      except json.JSONDecodeError as exc:
         error = exc
         continue
       if isinstance(obj, dict):
@@ -242,7 +259,7 @@ def _decode_objects(text: str) -> Tuple[List[dict], Optional[BaseException]]:
   for span in _balanced_slices(text):
     try:
       obj = ast.literal_eval(span)
-    except _LITERAL_ERRORS as exc:
+    except (SyntaxError, ValueError) as exc:
       error = exc
       continue
     if isinstance(obj, dict):
@@ -251,8 +268,12 @@ def _decode_objects(text: str) -> Tuple[List[dict], Optional[BaseException]]:
 
 
 def extract_object(text: str) -> dict:
-  """The answer's JSON object: fenced blocks first, then the whole text, each also with trailing commas removed;
-  the first object holding "episode_skill", else the first object. ValueError (OPID's messages) when none."""
+  """The answer's object, by OPID's chain: the texts are the fenced blocks, then the whole text; each text is tried
+  as it is, then with trailing commas removed (also inside strings, as OPID does); each variant yields every dict
+  that decodes from one of its `{` (so the first of several objects, and a complete inner object of a truncated
+  answer), or only if none does, its balanced spans that are Python literals. Of all these, in that order, the
+  first object holding "episode_skill" is returned, else the first object. ValueError with OPID's messages when
+  there is none, chained from the last decode error."""
   text = str(text or "")
   texts = [b.strip() for b in _FENCE.findall(text) if b.strip()] + [text.strip()]
   objects, error = [], None
@@ -269,35 +290,52 @@ def extract_object(text: str) -> dict:
     return objects[0]
   if not any("{" in t for t in texts):
     raise ValueError(NO_OBJECT)
-  raise ValueError(BAD_OBJECT.format(error))
+  raise ValueError(BAD_OBJECT.format(error)) from error
 
 
-def _text(value: object) -> str:
-  return "" if value is None else str(value)  # JSON null is no skill (OPID would keep the string "None")
+def _text(value: object) -> Optional[str]:
+  return None if value is None else str(value)
 
 
 def parse_analysis(text: str, candidates: Sequence[int], max_step_skills: int) -> Analysis:
-  """The analyzer's answer as an Analysis, or ValueError (its message goes into the repair prompt).
+  """The analyzer's answer as an Analysis, or ValueError: its message goes into the repair prompt, except for a
+  `ParseAbort`, after which OPID sends no repair prompt.
 
-  Step keys are cast to int (keys that are not integers are dropped), kept only if candidates, then the first K
-  in answer order; blank step skills are dropped after that cut, which routes exactly as OPID (it keeps them but
-  never uses a blank one). A blank episode skill is an error: that trajectory would get no signal."""
-  obj = extract_object(text)
-  raw_steps = obj.get("step_skills", {}) or {}
-  steps: Dict[int, str] = {}
-  if isinstance(raw_steps, dict):
-    for key, skill in raw_steps.items():
-      try:
-        steps[int(key)] = _text(skill)
-      except (TypeError, ValueError, OverflowError):
-        continue
-  episode_skill = _text(obj.get("episode_skill", ""))
-  if not episode_skill.strip():
+  Every value is read as OPID reads it, str(value) (0 is the skill "0", [] is "[]", false is "False"), except
+  null (None): a null episode skill is a missing one (an error, as a blank one: that trajectory would get no
+  signal), a null summary is "", and a null step skill is none (counted in `null_step_skills`); OPID writes "None"
+  for each. Step keys are cast with int() (keys that are not integers are dropped), kept only if candidates, then
+  the first K in answer order; blank and null step skills are dropped after that cut, which routes a blank one
+  exactly as OPID (it keeps it but never uses a blank skill)."""
+  try:
+    obj = extract_object(text)
+    raw_steps = obj.get("step_skills", {}) or {}
+    steps: Dict[int, Optional[str]] = {}
+    if isinstance(raw_steps, dict):
+      for key, skill in raw_steps.items():
+        try:
+          index = int(key)
+        except (TypeError, ValueError):
+          continue
+        steps[index] = _text(skill)
+    summary, episode_skill = _text(obj.get("episode_summary", "")), _text(obj.get("episode_skill", ""))
+  except ValueError:
+    raise
+  except Exception as exc:  # what OPID's analyze loop does not catch
+    raise ParseAbort(str(exc)) from exc
+  if not (episode_skill or "").strip():
     raise ValueError(NO_EPISODE_SKILL)
   allowed = set(int(c) for c in candidates)
   kept = [(k, v) for k, v in steps.items() if k in allowed][:max(int(max_step_skills), 0)]
-  return Analysis(_text(obj.get("episode_summary", "")), episode_skill, {k: v for k, v in kept if v.strip()},
-                  raw=str(text or ""))
+  return Analysis(summary or "", episode_skill, {k: v for k, v in kept if v is not None and v.strip()},
+                  raw=str(text or ""), null_step_skills=sum(v is None for _, v in kept))
+
+
+def failure_text(error: BaseException) -> str:
+  """A parse error as a failure records and logs it: its message, and the type of the exception it was raised
+  from (the decode error behind OPID's "Could not parse" message, the cause of a `ParseAbort`)."""
+  cause = error.__cause__
+  return str(error) if cause is None else f"{error} [{type(cause).__name__}]"
 
 
 # ------------------------------------------------------------------------------------------------ the analyzer
@@ -306,9 +344,11 @@ class Analyzer:
 
   Per episode: up to `parse_attempts` answers (the first from the prompt, each later one from the repair prompt
   of the previous answer); each answer takes up to `api_retries` calls, sleeping retry_delay·backoff^i (at most
-  max_delay) between them. A blank answer counts as a failed call, as in OPID. `stats` holds the counts of the
-  last `analyze` call: episodes, analysed, parse_failures, api_failures, api_calls, api_errors, repairs, latency_s
-  (so run one `analyze` at a time, e.g. from the trainer's single async worker)."""
+  max_delay) between them. A blank answer counts as a failed call, as in OPID. An unusable answer is logged as a
+  warning (as OPID logs it) with `failure_text`; a `ParseAbort` ends the episode's analysis at once, as in OPID.
+  `stats` holds the counts of the last `analyze` call: episodes, analysed, parse_failures, api_failures, api_calls,
+  api_errors, repairs, null_step_skills (`Analysis.null_step_skills` summed), latency_s (so run one `analyze` at a
+  time, e.g. from the trainer's single async worker)."""
 
   def __init__(self, backend: Backend, max_step_skills: int, parse_attempts: int = 2, api_retries: int = 5,
                retry_delay: float = 1.0, backoff: float = 2.0, max_delay: float = 30.0, workers: int = 128,
@@ -329,7 +369,7 @@ class Analyzer:
   @staticmethod
   def _zero_stats() -> Dict[str, float]:
     return dict(episodes=0, analysed=0, parse_failures=0, api_failures=0, api_calls=0, api_errors=0, repairs=0,
-                latency_s=0.0)
+                null_step_skills=0, latency_s=0.0)
 
   def _count(self, **deltas) -> None:
     with self._lock:
@@ -367,11 +407,17 @@ class Analyzer:
         result = parse_analysis(answer, episode.candidates, self.max_step_skills)
       except ValueError as exc:
         error = exc
+        logger.warning("OPID analyzer JSON parse failed on attempt %s/%s: %s", attempt + 1, self.parse_attempts,
+                       failure_text(exc))
+        if isinstance(exc, ParseAbort):
+          break
         continue
-      self._count(analysed=1)
+      self._count(analysed=1, null_step_skills=result.null_step_skills)
       return result
     self._count(parse_failures=1)
-    return AnalysisFailure("parse", str(error), raw=answer)
+    logger.warning("OPID analyzer gave no usable answer; skipping teacher skill for this trajectory: %s",
+                   failure_text(error))
+    return AnalysisFailure("parse", failure_text(error), raw=answer)
 
   def analyze(self, episodes: Sequence[EpisodeRecord]) -> List[Result]:
     """One result per episode, in order; `stats` is reset to this call's counts."""

@@ -188,7 +188,7 @@ class OracleAnalyzer:
   thread. `stats` holds the counts of the last `analyze` call in `Analyzer.stats`' keys: episodes, analysed,
   parse_failures (always 0), api_failures (episodes without an analysis: the replay raised or disagreed with the
   rollout; the replay is this analyzer's backend), api_calls (replays run), api_errors (replays that raised),
-  repairs (always 0) and latency_s (so run one `analyze` at a time, as with `Analyzer`)."""
+  repairs and null_step_skills (always 0) and latency_s (so run one `analyze` at a time, as with `Analyzer`)."""
 
   def __init__(self, env_name: str, env_cfg, max_step_skills: int):
     from agentopd_jax.envs import registry
@@ -206,7 +206,7 @@ class OracleAnalyzer:
   @staticmethod
   def _zero_stats() -> Dict[str, float]:
     return dict(episodes=0, analysed=0, parse_failures=0, api_failures=0, api_calls=0, api_errors=0, repairs=0,
-                latency_s=0.0)
+                null_step_skills=0, latency_s=0.0)
 
   def analyze_one(self, episode: OracleEpisode) -> Result:
     self.stats["api_calls"] += 1

@@ -8,7 +8,7 @@
 
 Every context is `"\\n\\n".join([general, task skill, ...])`, SDAR's join, even when the general text is empty.
 
-KM's rules (`rlsd_utils.SkillProvider`, `rule` = how the env's tasks are told apart):
+KM's rules (`rlsd_utils.SkillProvider`; an env's `rule` says how its teacher tells its tasks apart):
   gamefile  (ALFWorld) the first `task_to_skill` key that is a substring of the game-file path, case-sensitive.
   keywords  (WebShop) SDAR reaches it through its data-source rule with data_source "text", so the compare test
             below runs first: a prompt with "which" and "or" but no "for" is typed "compare", which WebShop's mapping
@@ -17,6 +17,10 @@ KM's rules (`rlsd_utils.SkillProvider`, `rule` = how the env's tasks are told ap
   search    popqa -> entity_attribute_lookup; nq, triviaqa -> direct_retrieval; hotpotqa -> multi_hop_reasoning;
             else "which" and "or" and not "for" in the lower-cased prompt -> compare; else 2wikimultihopqa, musique,
             bamboogle -> multi_hop_reasoning; else general only.
+  prompt    (every env, the skills in the student's own prompt) `get_privileged_info_from_prompt`, which SDAR's
+            Skill-GRPO collector calls on each observation text: every `task_keywords` type (mapping order) with ANY
+            keyword a substring of the lower-cased prompt, without the compare test; none -> general only. A bank
+            without keywords (search) thus always gives the general skills alone.
 The prompt is the chat-templated student prompt, so KM's substrings fire inside longer words ("hat" in "that",
 "heel" in "wheel", "or" in "for" or "director") and on the template's own words; `km_words` measures what that costs
 (experiments/skill_matching.py). Keywords are used as written: SDAR lower-cases the prompt, never the keywords.
@@ -28,11 +32,11 @@ import dataclasses
 import math
 import random
 import re
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from agentopd_jax.skills.bank import GENERAL, SkillBank
 
-RULES = ("gamefile", "keywords", "search")
+RULES = ("gamefile", "keywords", "search", "prompt")
 PRIVILEGED_HEADER = "[Privileged Skill Information]\n"
 
 
@@ -107,11 +111,14 @@ class Retriever(abc.ABC):
     self.hits: Dict[str, int] = {}
 
   @abc.abstractmethod
-  def _pick(self, query: SkillQuery, key: int) -> List[str]:
+  def _pick(self, query: SkillQuery, key: int, rule: str) -> List[str]:
     """The task skills (names) of the context, general excluded."""
 
-  def retrieve(self, query: SkillQuery, key: int) -> Retrieved:
-    names = (GENERAL, *self._pick(query, key))
+  def retrieve(self, query: SkillQuery, key: int, rule: Optional[str] = None) -> Retrieved:
+    """The context for `query`; `rule` (one of RULES) replaces the env's rule for this query."""
+    if rule is not None and rule not in RULES:
+      raise ValueError(f"skill rule must be one of {RULES}, got {rule!r}")
+    names = (GENERAL, *self._pick(query, key, rule or self.rule))
     for name in dict.fromkeys(names):
       self.hits[name] = self.hits.get(name, 0) + 1
     return Retrieved("\n\n".join([self.bank.general] + [self.bank.skills[n] for n in names[1:]]), names)
@@ -133,11 +140,13 @@ class KeywordMatch(Retriever):
   name = "km"
   words = False
 
-  def _pick(self, query: SkillQuery, key: int) -> List[str]:
-    if self.rule == "gamefile":
+  def _pick(self, query: SkillQuery, key: int, rule: str) -> List[str]:
+    if rule == "gamefile":
       types = _gamefile_types(self.bank, query.gamefile, self.words)
-    elif self.rule == "keywords":
+    elif rule == "keywords":
       types = _search_types(self.bank, "text", query.prompt, self.words)
+    elif rule == "prompt":
+      types = _keyword_types(self.bank, query.prompt, self.words)
     else:
       types = _search_types(self.bank, query.data_source, query.prompt, self.words)
     return [self.bank.task_to_skill[t] for t in types if t in self.bank.task_to_skill]
@@ -151,7 +160,7 @@ class WordMatch(KeywordMatch):
 class Full(Retriever):
   name = "full"
 
-  def _pick(self, query: SkillQuery, key: int) -> List[str]:
+  def _pick(self, query: SkillQuery, key: int, rule: str) -> List[str]:
     return list(self.bank.skills)
 
 
@@ -159,7 +168,7 @@ class RandomSkill(Retriever):
   """Uniform over the task skills; `random.Random` seeded with a string is the same in every process."""
   name = "random"
 
-  def _pick(self, query: SkillQuery, key: int) -> List[str]:
+  def _pick(self, query: SkillQuery, key: int, rule: str) -> List[str]:
     arms = list(self.bank.skills)
     return [random.Random(f"skills/{self.seed}/{key}").choice(arms)] if arms else []
 
@@ -182,7 +191,7 @@ class UCB(Retriever):
     return {arm: (math.inf if n == 0 else self.sums[arm] / n + self.c * math.sqrt(math.log(total) / n))
             for arm, n in self.counts.items()}
 
-  def _pick(self, query: SkillQuery, key: int) -> List[str]:
+  def _pick(self, query: SkillQuery, key: int, rule: str) -> List[str]:
     scores = self.scores()
     return [max(scores, key=scores.get)] if scores else []  # max keeps the first of equal scores: bank order
 

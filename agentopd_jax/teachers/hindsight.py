@@ -244,12 +244,13 @@ class HindsightTeacher:
                                      use["episode"], lp["step"], use["step"], cfg.w_episode, cfg.w_step,
                                      cfg.normalize, cfg.clip or None, totals=distributed.totals))
     analysed = sum(isinstance(r, Analysis) for r in results.values())
-    trajs, analysed, chosen, parse, api = distributed.totals([
+    trajs, analysed, chosen, parse, api, nulls = distributed.totals([
         stats.get("trajectories", 0), analysed, len(results), stats.get("parse_failures", 0),
-        stats.get("api_failures", 0)])
+        stats.get("api_failures", 0), stats.get("null_step_skills", 0)])
     metrics = {"opid/analysed_fraction": analysed / max(trajs, 1),
                "opid/analysis_failures": float(chosen - analysed),
                "opid/parse_failures": float(parse), "opid/api_failures": float(api),
+               "opid/null_step_skills": float(nulls),
                "opid/analyzer_latency_s": float(max(distributed.allgather(float(stats["latency_s"]))))}
     metrics.update(shift_metrics(mask, old, lp["episode"], use["episode"], lp["step"], use["step"],
                                  totals=distributed.totals))

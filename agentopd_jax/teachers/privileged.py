@@ -60,8 +60,10 @@ class SkillContext:
     self.retriever, self.query_fields = retriever_for(env_name, bank_dir, retrieval, seed, ucb_c)
     self._taken = dict(self.retriever.hits)
 
-  def retrieve(self, task: Any, templated: str, key: int) -> Tuple[str, Tuple[str, ...]]:
-    got = self.retriever.retrieve(SkillQuery(prompt=templated, **self.query_fields(task)), key)
+  def retrieve(self, task: Any, templated: str, key: int, rule: Optional[str] = None
+               ) -> Tuple[str, Tuple[str, ...]]:
+    """`rule`: the retriever's matching rule for this query (None: the env's, the teacher's)."""
+    got = self.retriever.retrieve(SkillQuery(prompt=templated, **self.query_fields(task)), key, rule)
     return privileged_prefix(got.text), tuple(got.skills)
 
   def privileged(self, samples: Sequence[Sample], task_of: Callable[[Sample], Any], key: int, tokenizer,
@@ -104,11 +106,16 @@ class SkillContext:
                      ) -> Tuple[PromptContext, Dict[int, set]]:
     """The skills in the student's own prompts (Skill-GRPO, skill-prompted evaluation): a `PromptContext` for
     `RolloutEngine.run` over `tasks` (one per env instance, the first being episode `first_episode` of the whole
-    batch), and {episode (of `tasks`): skills read}, filled as it plays."""
+    batch), and {episode (of `tasks`): skills read}, filled as it plays.
+
+    Each placement reproduces one of SDAR's inputs whole. "user" is its Skill-GRPO collector, which matches by the
+    prompt's keywords alone (rule "prompt", every env: no game file or data source, so a search prompt gets the
+    general skills only); "raw" is its privileged teacher's prompt, matched by the env's rule."""
     used: Dict[int, set] = {}
+    rule = "prompt" if placement == "user" else None
 
     def prefix(episode: int, templated: str) -> str:
-      text, names = self.retrieve(tasks[episode], templated, key * 1_000_003 + first_episode + episode)
+      text, names = self.retrieve(tasks[episode], templated, key * 1_000_003 + first_episode + episode, rule)
       used.setdefault(episode, set()).update(names)
       return text
     return PromptContext(prefix=prefix, placement=placement), used

@@ -24,7 +24,8 @@ def cpu_base(env_name: str) -> ml_collections.ConfigDict:
   c.warm_start_step = "0"              # which checkpoint of warm_start_run: "0" (its warm start), "best", "latest" or
                                        # a step (continued GRPO from where a run ended, against Agentic-OPD's student)
   c.pack_width = 512                   # training rows hold several samples, up to this many tokens (rows widen to the
-                                       # longest sample); 0: one sample per row. Needs loss_agg_mode "token-mean"
+                                       # longest sample); 0: one sample per row. Not with the seq-mean-token-mean
+                                       # or seq-mean-token-sum loss_agg_mode (a packed row is not one sequence)
 
   c.model = ml_collections.ConfigDict()
   c.model.preset = "tiny"              # used when model.path is empty (random init)
@@ -112,7 +113,8 @@ def cpu_base(env_name: str) -> ml_collections.ConfigDict:
   c.loss.kl_coef = 0.0
   c.loss.kl_type = "low_var_kl"
   c.loss.entropy_coef = 0.0
-  c.loss.loss_agg_mode = "token-mean"
+  c.loss.loss_agg_mode = "token-mean"  # or seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm (verl's)
+  c.loss.loss_scale_factor = 0         # seq-mean-token-sum-norm's divisor L (verl: the padded response length)
   c.loss.pg_loss_coef = 1.0
   c.loss.opd_loss_coef = 1.0           # Agentic-OPD (loss.objective="agentic_opd"): weight of the distillation term
   c.loss.task_loss_coef = 0.0          #   GRPO task term on every rollout; 0 = pure OPD (the authors' default)
@@ -126,8 +128,10 @@ def cpu_base(env_name: str) -> ml_collections.ConfigDict:
   c.loss.sdar_divergence = "reverse_kl"  # or "topk_forward_kl", "topk_jsd" (over the teacher's top-k)
   c.loss.distill_top_k = 16            #   k of the top-k divergences
   c.loss.skill_sd_coef = 0.001         # Skill-SD: λ_SDL of the ρ_on·k3 term
-  c.loss.rlsd_lambda = 0.5             # RLSD: λ at iteration 1, warmed down linearly to 0 over
-  c.loss.rlsd_warmdown_steps = 50      #   this many iterations
+  c.loss.rlsd_lambda = 0.5             # RLSD: λ_0, warmed down linearly to 0 over
+  c.loss.rlsd_warmdown_steps = 50      #   this many iterations W (the authors' code default; their scripts: 100)
+  c.loss.rlsd_schedule = "released_code"  # λ_i = λ_0·max(0, 1 − i/W) at iteration i, as the authors' trainer;
+                                          # "from_lambda0": λ_0·max(0, 1 − (i − 1)/W), λ_0 at the first iteration
   c.loss.rlsd_eps_w = 0.2              #   clip of the reweighting factor to [1 − ε_w, 1 + ε_w]
 
   c.skills = ml_collections.ConfigDict()  # SDAR's SkillBank (agentopd_jax/skills; docs/skills.md)
@@ -222,7 +226,7 @@ def agentic_opd_overrides(c: ml_collections.ConfigDict) -> ml_collections.Config
 def paper_overrides(c: ml_collections.ConfigDict, variant: str) -> ml_collections.ConfigDict:
   """The verl-agent / SDAR paper setting on pretrained weights (`PAPER_MODELS[variant]`): no SFT, lr 1e-6, KL 0.01,
   entropy 0.001, 16 tasks x 8 group, rollout T=1.0, validation on 128 tasks at T=0.4, prompt/response 2048/512, full
-  templates. The workdir is `runs/<env>_<variant>`."""
+  templates, RLSD's λ warmed down over 100 iterations. The workdir is `runs/<env>_<variant>`."""
   preset = PAPER_MODELS[variant]
   c.workdir = f"runs/{c.env.name}_{variant}"
   c.model.preset = preset
@@ -246,6 +250,7 @@ def paper_overrides(c: ml_collections.ConfigDict, variant: str) -> ml_collection
   c.grpo.micro_batch_size = 32
   c.loss.kl_coef = 0.01
   c.loss.entropy_coef = 0.001
+  c.loss.rlsd_warmdown_steps = 100     # SDAR's RLSD scripts (the `rlsd` objective only)
   c.optim.learning_rate = 1e-6
   if preset.startswith("qwen3"):
     c.model.chat_template_kwargs = ml_collections.ConfigDict({"enable_thinking": False})  # as the verl-agent runs
@@ -272,7 +277,8 @@ def check_config(c: ml_collections.ConfigDict) -> None:
   """One clear error naming the first bad field of run config `c`, before anything is loaded or spawned: the
   ranges above, `mesh_shape`, and the registry names (`env.name`, `grpo.advantage`) and config sections (loss, optim,
   rollout, teacher, sampling; opid when the advantage reads it) that a run would otherwise first look up minutes in,
-  after the model loads or, for `grpo.advantage`, after the SFT warm start."""
+  after the model loads or, for `grpo.advantage`, after the SFT warm start; and that the `agentic_opd` objective
+  runs under its own trainer."""
   from agentopd_jax.envs import registry
   from agentopd_jax.objectives.advantages import ADVANTAGE_ESTIMATORS, SKILL_SHIFT_ESTIMATORS
   from agentopd_jax.objectives.registry import LossConfig
@@ -298,6 +304,11 @@ def check_config(c: ml_collections.ConfigDict) -> None:
   for cls, section in ((LossConfig, c.loss), (OptimConfig, c.optim), (RolloutConfig, c.rollout),
                        (TeacherConfig, c.teacher)):
     config_dataclass(cls, section)
+  if c.loss.objective == "agentic_opd" and c.method != "agentic_opd":
+    raise ValueError(f"loss.objective='agentic_opd' needs method='agentic_opd', got method={c.method!r}: the "
+                     "objective takes its top-k ids (and the sampled-token variant its student log-probs) from the "
+                     "live policy, which is π_old only while one optimizer step is taken per batch, as the Agentic-OPD "
+                     "trainer does; the GRPO trainer takes one per grpo.mini_batch_size samples")
   if c.grpo.advantage in SKILL_SHIFT_ESTIMATORS:
     config_dataclass(OpidConfig, c.opid)
   validation_sampling(c)

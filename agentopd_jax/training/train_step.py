@@ -139,7 +139,9 @@ def make_train_step(model: ModelConfig, loss_cfg: LossConfig, optimizer: optax.G
   grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
 
   def step(state: TrainState, minibatch: TrainBatch, teacher_params=None):
-    norm = normalizer_for(minibatch.loss_mask.reshape(-1, minibatch.loss_mask.shape[-1]))
+    width = minibatch.loss_mask.shape[-1]
+    norm = normalizer_for(minibatch.loss_mask.reshape(-1, width), minibatch.segment_ids.reshape(-1, width),
+                          loss_cfg.loss_scale_factor)
 
     def body(carry, micro):
       grads, metrics = carry
@@ -258,7 +260,8 @@ def make_minibatches(samples: Sequence[Sample], advantages: Sequence[float], min
   k = teacher[0].topk_ids.shape[-1] if teacher and teacher[0].topk_ids is not None else 0
   if agree is not None and teacher is not None:
     (k,) = agree((k,))
-  if agree is not None and not samples:  # this process trains on nothing this time, the others do: a blank share
+  blank = agree is not None and not samples
+  if blank:  # this process trains on nothing this time, the others do: a blank share
     samples, advantages = [_blank_sample()], [0.0]
     distill_weights = None if distill_weights is None else [0.0]
     teacher = None if teacher is None else [_blank_signal(k)]
@@ -279,18 +282,20 @@ def make_minibatches(samples: Sequence[Sample], advantages: Sequence[float], min
     batch = _widen(collate(samples, advantages, PAD_MULTIPLE, rows=len(runs) * minibatch_size,
                            distill_weights=None if distill_weights is None else list(distill_weights),
                            teacher=None if teacher is None else list(teacher)), width)
-    return split_minibatches(batch, minibatch_size, min(micro_batch_size, minibatch_size))
-  micro = min(micro_batch_size, rows)
-  rows = round_up(rows, micro)
-  out = []
-  for run in runs:
-    if run.start == run.stop:
-      out.append(jax.tree.map(np.zeros_like, out[0]))
-      continue
-    batch = _widen(collate(samples[run], advantages[run], PAD_MULTIPLE, rows=rows, pack_width=width,
-                           distill_weights=weights(run), teacher=signals(run)), width)
-    out.append(split_minibatches(batch, rows, micro)[0])
-  return out
+    out = split_minibatches(batch, minibatch_size, min(micro_batch_size, minibatch_size))
+  else:
+    micro = min(micro_batch_size, rows)
+    rows = round_up(rows, micro)
+    out = []
+    for run in runs:
+      if run.start == run.stop:
+        out.append(jax.tree.map(np.zeros_like, out[0]))
+        continue
+      batch = _widen(collate(samples[run], advantages[run], PAD_MULTIPLE, rows=rows, pack_width=width,
+                             distill_weights=weights(run), teacher=signals(run)), width)
+      out.append(split_minibatches(batch, rows, micro)[0])
+  # A blank share's rows are all padding (segment id 0), which the loss normaliser counts as no sequence.
+  return [jax.tree.map(np.zeros_like, b) for b in out] if blank else out
 
 
 def _widen(batch: TrainBatch, width: int) -> TrainBatch:

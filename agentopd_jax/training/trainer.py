@@ -33,6 +33,7 @@ from agentopd_jax.models import transformer
 from agentopd_jax.models.loading import load_model_and_tokenizer
 from agentopd_jax.objectives.advantages import (SKILL_SHIFT_ESTIMATORS, get_advantage_estimator, informative_groups,
                                                 step_scores)
+from agentopd_jax.objectives.losses import PER_SEQUENCE_MODES
 from agentopd_jax.objectives.registry import LossConfig, get_objective
 from agentopd_jax.parallel import distributed
 from agentopd_jax.parallel.sharding import make_mesh
@@ -168,9 +169,9 @@ class Run:
     self.log = (MetricsLogger(self.workdir / "logs", use_tensorboard=c.logging.tensorboard, on_log=self.live)
                 if self.primary else NullLogger())
     self.loss_cfg = config_dataclass(LossConfig, c.loss)
-    if c.pack_width < 0 or (c.pack_width and self.loss_cfg.loss_agg_mode != "token-mean"):
-      raise ValueError(f"pack_width={c.pack_width}: packing needs pack_width > 0 and loss.loss_agg_mode "
-                       f"'token-mean' (a packed row is not one sequence); got {self.loss_cfg.loss_agg_mode!r}. "
+    if c.pack_width < 0 or (c.pack_width and self.loss_cfg.loss_agg_mode in PER_SEQUENCE_MODES):
+      raise ValueError(f"pack_width={c.pack_width}: packing needs pack_width > 0 and a loss.loss_agg_mode other than "
+                       f"{PER_SEQUENCE_MODES} (a packed row is not one sequence); got {self.loss_cfg.loss_agg_mode!r}. "
                        f"Set pack_width=0 for one sample per row")
     self.optimizer = make_optimizer(config_dataclass(OptimConfig, c.optim))
     self.bad_updates = BadUpdates(c.optim.max_bad_updates)

@@ -6,8 +6,9 @@
 
 `obs_format` picks whose episode rules and observation text the env reproduces (environments.md §4.2, §4.3):
   "verl-agent"  SkyRL-gym `SearchEnv`: every step is a turn; done when `max_turns` turns are used or the action holds
-                `<answer>…</answer>`; the score at done is EM of the last `<answer>` in all actions and observations
-                so far; a search observation is the tool's JSON string in `<information>`; anything without a
+                `<answer>…</answer>`; the score at done is EM of the last `<answer>` in the episode's messages
+                (actions and unstripped tool messages) joined with "", so a tag split over two turns counts as
+                one; a search observation is the tool's JSON string in `<information>`; anything without a
                 `<search>` block gets an empty observation.
   "search-r1"   Search-R1's loop: up to `max_turns` search rounds, then one final turn in which a search is not
                 executed (so an episode has at most max_turns + 1 steps); an answer ends the episode with its EM;
@@ -107,7 +108,7 @@ class SearchEnv:
     self._history.append(action)
     answered = "<answer>" in action and "</answer>" in action
     if answered or self._turns >= self.max_turns:
-      history = "\n".join(self._history)
+      history = "".join(self._history)
       reward, _ = search_reward(history, self.task.golden_answers, done=True)
       answer = last_answer(history)
       self._subem = subem_check(answer, self.task.golden_answers) if answer is not None else 0.0
@@ -115,9 +116,9 @@ class SearchEnv:
     query = _SEARCH_BLOCK.first(action)
     if query is None:
       return "", 0.0, False, "invalid"
-    obs = formats.verl_agent_information(formats.verl_agent_result([self._search(query.strip())]))
-    self._history.append(obs)
-    return obs, 0.0, False, "search"
+    message = formats.verl_agent_message(formats.verl_agent_result([self._search(query.strip())]))
+    self._history.append(message)
+    return message.strip(), 0.0, False, "search"
 
   def _step_search_r1(self, action: str) -> Tuple[str, float, bool, str]:
     kind, content = formats.search_r1_parse(action)

@@ -65,8 +65,14 @@ def verl_agent_result(results: Sequence[Sequence[Mapping[str, Any]]]) -> str:
   return json.dumps({"result": "\n---\n".join(lists)})
 
 
+def verl_agent_message(tool_output: str) -> str:
+  """SkyRL's tool message (`SearchEnv._execute_tool`), as its chat history keeps it for scoring."""
+  return "\n<information>" + tool_output + "</information>\n"
+
+
 def verl_agent_information(tool_output: str) -> str:
-  return ("\n<information>" + tool_output + "</information>\n").strip()
+  """The observation the policy sees: the tool message stripped (verl-agent's `_sync_step`)."""
+  return verl_agent_message(tool_output).strip()
 
 
 def read_documents(observation: str) -> List[Tuple[str, str]]:

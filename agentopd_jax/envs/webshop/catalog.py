@@ -178,7 +178,10 @@ def _check_item(item, where: str) -> None:
 
 
 def _check_attributes(info, where: str) -> None:
-  datafiles.field(info, "attributes", list, where, required=False)
+  """A missing `attributes` gives WebShop's ['DUMMY_ATTR']; a null one is taken as the list (WebShop's loader then
+  fails on it), so it is an error here."""
+  if datafiles.field(info, "attributes", list, where, required=False) is None and "attributes" in info:
+    raise datafiles.DataFileError(f"{where}: field 'attributes' is null")
   if datafiles.field(info, "instruction", str, where, required=False) is not None:
     if not datafiles.field(info, "instruction_attributes", list, where):  # goals average over them
       raise datafiles.DataFileError(f"{where}: field 'instruction_attributes' is empty")

@@ -12,6 +12,8 @@ The site logic is `WebAgentTextEnv.step` + `SimServer.receive` (research notes Â
   * anything else (no `name[arg]` shape, unknown name, not clickable) changes nothing and scores 0.
 The score is WebShop's raw reward in [0, 1], on the Buy Now step only; `infos` carry verl-agent's keys:
 `available_actions` ({'has_search_bar', 'clickables'}), `won` (done with score 1.0) and `task_score` (the score).
+After Buy Now the observation is the done page, but `available_actions` are a search page's: verl-agent's
+`WebAgentTextEnv.step` resets to a new session when done, and its worker reads the actions after that reset.
 verl-agent's 0/10 training reward is the text side's job (`WebshopText.reward`). An episode is also cut (done,
 `truncated` in infos) after `max_steps` steps, verl-agent's `env.max_steps` for WebShop.
 
@@ -112,7 +114,9 @@ class WebshopEnv:
     return self.page.text, score, self.done, infos
 
   def available_actions(self) -> dict:
-    return self.page.available_actions()
+    """`get_available_actions()`: the current page's, or after a purchase the new session's search page's."""
+    page = pages.search_page(self.goal["instruction_text"]) if self.page.kind == "done" else self.page
+    return page.available_actions()
 
   def copy(self) -> "WebshopEnv":
     """An independent env in the same state (the shop is shared): for looking ahead (OPID's oracle review)."""
@@ -182,5 +186,5 @@ class WebshopEnv:
     return score
 
   def _infos(self, score: float) -> Dict:
-    return {"available_actions": self.page.available_actions(), "won": self.done and score == 1.0,
+    return {"available_actions": self.available_actions(), "won": self.done and score == 1.0,
             "task_score": score}

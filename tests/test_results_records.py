@@ -1,0 +1,48 @@
+"""docs/results.md agrees with the run records in results/: each table recorded there is recomputed from them."""
+import json
+import os
+import re
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _validations(run: str) -> dict:
+  records = [json.loads(line) for line in open(os.path.join(ROOT, "results", run, "metrics.jsonl"))]
+  return {r["step"]: r for r in records if r.get("phase") == "val"}
+
+
+def _table(heading: str) -> list:
+  """The rows (cells) of the first table after `heading` in docs/results.md."""
+  text = open(os.path.join(ROOT, "docs", "results.md"), encoding="utf-8").read()
+  section = text[text.index(heading):]
+  rows = re.findall(r"^\|(.+)\|$", section[section.index("\n|"):].split("\n\n")[0], re.M)
+  return [[c.strip() for c in row.split("|")] for row in rows[2:]]
+
+
+def test_default_rerun_table_matches_its_records():
+  rows = _table("## Reproducing the default run")
+  assert [r[0] for r in rows] == ["0", "1", "2"]
+  for seed, steps, look, pick in rows:
+    val = _validations(f"alfworld_default/seed{seed}")
+    pct = lambda step, key="success_rate": f"{100 * val[step][f'val/{key}']:.1f}"
+    assert steps == " → ".join(pct(s) for s in (0, 4, 8))
+    assert look == f"{pct(0, 'look_at_obj_in_light_success_rate')} → {pct(8, 'look_at_obj_in_light_success_rate')}"
+    assert pick == f"{pct(0, 'pick_and_place_success_rate')} → {pct(8, 'pick_and_place_success_rate')}"
+    with open(os.path.join(ROOT, "results", f"alfworld_default/seed{seed}", "outcomes.json")) as f:
+      outcomes = json.load(f)
+    for step in (0, 4, 8):  # the per-problem outcomes are the validation's episodes
+      won, played = (sum(o[i] for o in outcomes[str(step)].values()) for i in (0, 1))
+      assert played == 256 and f"{100 * won / played:.1f}" == pct(step)
+
+
+def test_default_rerun_paired_change_matches_its_records():
+  import numpy as np
+  from scipy import stats
+
+  change = np.array([100 * (_validations(f"alfworld_default/seed{s}")[8]["val/success_rate"]
+                            - _validations(f"alfworld_default/seed{s}")[0]["val/success_rate"]) for s in range(3)])
+  half = stats.t.ppf(0.975, 2) * change.std(ddof=1) / np.sqrt(3)
+  line = (f"Final − start, paired by seed: {', '.join(f'{d:.1f}' for d in change).replace('-', '−')} points (mean "
+          f"{change.mean():.1f}, 95 % CI [{change.mean() - half:.1f}, {change.mean() + half:.1f}], "
+          f"t = {stats.ttest_1samp(change, 0).statistic:.1f} on 2 df).").replace("-", "−")
+  assert line in open(os.path.join(ROOT, "docs", "results.md"), encoding="utf-8").read()
