@@ -116,9 +116,9 @@ class SearchEnv:
     query = _SEARCH_BLOCK.first(action)
     if query is None:
       return "", 0.0, False, "invalid"
-    message = formats.verl_agent_message(formats.verl_agent_result([self._search(query.strip())]))
-    self._history.append(message)
-    return message.strip(), 0.0, False, "search"
+    result = formats.verl_agent_result([self._search(query.strip())])
+    self._history.append(formats.verl_agent_message(result))  # scored unstripped, as SkyRL's chat history holds it
+    return formats.verl_agent_information(result), 0.0, False, "search"
 
   def _step_search_r1(self, action: str) -> Tuple[str, float, bool, str]:
     kind, content = formats.search_r1_parse(action)
