@@ -1,5 +1,5 @@
 """Request guards shared by our two HTTP servers (the retrieval server and the OpenAI-compatible one): an optional
-bearer key and a bounded request body.
+bearer key and a bounded request body; and the one way both write a JSON reply.
 
 Why here and stdlib-only: the retrieval server must start without JAX, and both servers must refuse the same things
 the same way; each wraps the reason in its own error shape. The body size is judged from Content-Length before a
@@ -8,11 +8,17 @@ byte of the body is read, so an oversized or endless body costs the server nothi
 from __future__ import annotations
 
 import hmac
+import json
+import logging
 import re
 from http import HTTPStatus
-from typing import Mapping, Optional
+from http.server import BaseHTTPRequestHandler
+from typing import Any, Mapping, Optional
+
+logger = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 8 << 20  # both servers' default --max_body_bytes: far above any legitimate request
+SERVE_API_KEY_ENV = "AGENTOPD_API_KEY"  # the OpenAI-compatible server's --api_key default
 _DIGITS = re.compile(r"[0-9]+")  # int() would also take "+5", " 5", "5_0" and non-ASCII digits
 
 
@@ -54,3 +60,24 @@ def authorized(headers: Mapping[str, str], api_key: Optional[str]) -> bool:
   scheme, _, token = headers.get("Authorization", "").strip().partition(" ")
   # Header values arrive decoded as latin-1: encoding back gives the bytes sent, which a client sends as UTF-8.
   return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode("latin-1"), api_key.encode("utf-8"))
+
+
+def send_json(handler: BaseHTTPRequestHandler, status: int, payload: Any, *, close: bool = False,
+              headers: Optional[Mapping[str, str]] = None, compact: bool = False) -> None:
+  """Answer `payload` as UTF-8 JSON with its Content-Length, then `headers`; `close` ends the connection after it.
+  `compact` drops the spaces after `,` and `:` (the retrieval server's bytes). A client that left before its answer
+  is logged at INFO, not raised."""
+  data = json.dumps(payload, ensure_ascii=False, separators=(",", ":") if compact else None).encode("utf-8")
+  try:
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    for name, value in (headers or {}).items():
+      handler.send_header(name, value)
+    if close:
+      handler.send_header("Connection", "close")
+      handler.close_connection = True
+    handler.end_headers()
+    handler.wfile.write(data)
+  except (BrokenPipeError, ConnectionResetError):
+    logger.info("the client of %s %s left before its answer", handler.command, handler.path)

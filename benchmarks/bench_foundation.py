@@ -229,8 +229,9 @@ def bench_p1(args, cfg, torch_models, jax_params, torch_f32_models=None) -> dict
   import jax
   import jax.numpy as jnp
   import torch
+  from agentopd_jax.batching.collate import ScoreBatch
   from agentopd_jax.models import transformer
-  from agentopd_jax.scoring.fused import ScoreBatch, ScoreConfig, make_score_fn
+  from agentopd_jax.scoring.fused import ScoreConfig, make_score_fn
 
   b, t = args.p1_batch, args.p1_len
   rng = np.random.default_rng(args.seed + 1)

@@ -44,13 +44,14 @@ def demonstration_steps(n: int):
   """At least n step samples of the CPU default's expert demonstrations (games are generated and cached once)."""
   from configs import alfworld
   from agentopd_jax.envs import registry
+  from agentopd_jax.envs.verl_agent.corpus import default_corpus
   from agentopd_jax.models.tokenizer import builtin_tokenizer
   from agentopd_jax.rollout.demonstrations import demonstration_samples
   from agentopd_jax.training import trainer
 
   c = alfworld.get_config()
   games, _ = registry.get(c.env.name).tasks(c.env)
-  chat = trainer.chat_format(c, builtin_tokenizer())
+  chat = trainer.chat_format(c, builtin_tokenizer(default_corpus()))
   samples, used = [], 0
   while len(samples) < n:
     batch = games[used:used + 16]

@@ -131,6 +131,7 @@ def openai_load(args) -> dict:
   import jax
 
   from agentopd_jax.models import config as model_config, transformer
+  from agentopd_jax.envs.verl_agent.corpus import default_corpus
   from agentopd_jax.models.hf_io import save_hf
   from agentopd_jax.models.tokenizer import build_tokenizer
   from agentopd_jax.teachers.hindsight import LocalServer
@@ -138,7 +139,7 @@ def openai_load(args) -> dict:
   with tempfile.TemporaryDirectory() as folder:
     config = model_config.preset("tiny")
     save_hf(folder, config, transformer.init_params(config, jax.random.key(0)))
-    build_tokenizer(folder)
+    build_tokenizer(folder, default_corpus())
     log("starting the OpenAI server subprocess")
     t0 = time.perf_counter()
     server = LocalServer(folder)

@@ -46,7 +46,7 @@ def save_checkpoints(pool_dir: str, config, n: int):
   import numpy as np
 
   from agentopd_jax.models import transformer
-  from agentopd_jax.training.checkpoints import CheckpointPool
+  from agentopd_jax.storage.checkpoints import CheckpointPool
 
   init = jax.jit(lambda key: transformer.init_params(config, key))
   with CheckpointPool(pool_dir) as pool:

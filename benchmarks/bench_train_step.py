@@ -158,7 +158,7 @@ def jaxpr_matmul_flops(fn, *args) -> dict:
 def synthetic_batch(cfg, b: int, t: int, seed: int):
   """Host arrays of a TrainBatch: random tokens, loss on the last 3/4 of each row (the first quarter is prompt),
   +/-1 advantages over the mask; old log-probs are filled in from the policy's own scores by the caller."""
-  from agentopd_jax.rollout.batch import TrainBatch
+  from agentopd_jax.batching.collate import TrainBatch
   rng = np.random.default_rng(seed)
   mask = np.zeros((b, t), np.float32)
   mask[:, t // 4:] = 1.0
@@ -292,7 +292,7 @@ def bench_train_step(args, cfg, peak_gflops: float, logprob_error_vs_f32: bool =
 # --- 2: iteration time split ------------------------------------------------------------------------------------
 
 def iteration_split(run_dir: str) -> dict:
-  from agentopd_jax.training.logging import METRICS_FILE, read_metrics
+  from agentopd_jax.storage.logs import METRICS_FILE, read_metrics
   path = Path(run_dir)
   if not path.is_absolute() and not (path / "logs" / METRICS_FILE).exists():
     path = Path(__file__).resolve().parent.parent / run_dir  # also accept a path relative to the repo root

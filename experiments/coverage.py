@@ -3,8 +3,9 @@
   python experiments/coverage.py --run_dir=runs/alfworld_cpu                     # writes runs/alfworld_cpu/coverage/
   python experiments/coverage.py --run_dir=RUN --out=/tmp/cov --solved_rule=majority --student_step=40
 
-Reads every checkpoint's validation outcomes from RUN/checkpoints and writes coverage.json (the full report of
-`agentopd_jax.teachers.coverage.coverage_report`), coverage.md (overall, per task type, per checkpoint) and
+Reads every checkpoint's validation outcomes from RUN/checkpoints, groups the problems as the run's env groups its
+tasks (RUN/config.json's env: ALFWorld by task type, search-QA by data source) and writes coverage.json (the full
+report of `agentopd_jax.eval.coverage.coverage_report`), coverage.md (overall, per group, per checkpoint) and
 coverage.png (the historical-gap curve: solved by the current checkpoint vs by any checkpoint up to that step).
 This is the evidence Agentic-OPD rests on (research/methods.md §2.5): if the union is no larger than the best
 checkpoint, a teacher pool from this run has nothing to teach.
@@ -14,9 +15,9 @@ import os
 
 from absl import app, flags
 
-from agentopd_jax.teachers.coverage import SOLVED_RULES, coverage_report, plot_historical_gap, to_markdown
+from agentopd_jax.eval.coverage import SOLVED_RULES, coverage_report, plot_historical_gap, run_group_of, to_markdown
 from agentopd_jax.teachers.pool import run_outcomes
-from agentopd_jax.training.logging import configure_cli_logging
+from agentopd_jax.storage.logs import configure_cli_logging
 
 _RUN_DIR = flags.DEFINE_string("run_dir", None, "GRPO run folder (holds checkpoints/)", required=True)
 _OUT = flags.DEFINE_string("out", "", "output folder (default: <run_dir>/coverage)")
@@ -29,7 +30,7 @@ def main(argv):
   configure_cli_logging()
   run_dir = _RUN_DIR.value
   outcomes, best = run_outcomes(run_dir, _STUDENT.value)
-  report = coverage_report(outcomes, best, _RULE.value)
+  report = coverage_report(outcomes, best, run_group_of(run_dir), _RULE.value)
   report["run_dir"] = os.path.abspath(run_dir)
   out = _OUT.value or os.path.join(run_dir, "coverage")
   os.makedirs(out, exist_ok=True)

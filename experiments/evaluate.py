@@ -6,9 +6,10 @@
   python experiments/evaluate.py --config=configs/webshop.py --step=0 --traces   # + every episode's replies
   python experiments/evaluate.py --config=configs/alfworld.py --step=0 --skill_prompt=raw   # skills in context
 
-Reports success overall and per task type, mean reward, valid-action ratio, episode length and pass@k (k <= the
-attempts per problem), using the config's validation sampling (temperature) on its fixed panel. `--traces` also
-writes `traces.jsonl`: per episode its problem, outcome, env infos and each step's reply. `--skill_prompt` is the
+Reports success overall and per group (the env's report columns: ALFWorld's task types, search-QA's data sources),
+mean reward, valid-action ratio, episode length and pass@k (k <= the attempts per problem), using the config's
+validation sampling (temperature) on its fixed panel. `--traces` also writes `traces.jsonl`: per episode its problem,
+outcome, env infos and each step's reply. `--skill_prompt` is the
 Skill-Prompt evaluation: every prompt carries the skills retrieved from the env's bank (`skills.bank_dir`,
 `skills.retrieval`), "raw" before the chat template as SDAR's privileged teacher reads them, "user" inside the user
 message as Skill-GRPO's student does.
@@ -24,7 +25,7 @@ from agentopd_jax.eval.validate import validate
 from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.envs import registry
 from agentopd_jax.teachers.privileged import SkillContext
-from agentopd_jax.training.logging import configure_cli_logging
+from agentopd_jax.storage.logs import configure_cli_logging
 from agentopd_jax.training.trainer import (
   VALIDATION_STREAM,
   checkpoint_policy,
@@ -63,7 +64,8 @@ def main(argv):
   mesh = make_mesh(tuple(c.mesh_shape))
   config, params, tokenizer, label = _params(c, mesh)
   attempts = _ATTEMPTS.value or c.validation.attempts
-  _, valid_games = registry.get(c.env.name).tasks(c.env)
+  spec = registry.get(c.env.name)
+  _, valid_games = spec.tasks(c.env)
   panel = valid_games[:c.validation.num_tasks]
   engine = rollout_engine(c, config, tokenizer, mesh, len(panel) * attempts)
   traces = [] if _TRACES.value else None
@@ -75,11 +77,11 @@ def main(argv):
     label += f" with skills ({_SKILL_PROMPT.value}, {c.skills.retrieval})"
   try:
     records, outcomes, _ = validate(engine, params, panel, attempts, validation_key(c), validation_sampling(c),
-                                    traces, context=context)
+                                    traces, context=context, group_of=spec.group_of)
   finally:
     engine.env.close()
   ks = [int(k) for k in _KS.value if int(k) <= attempts]
-  summary = evaluation_summary(records, outcomes, ks=ks)
+  summary = evaluation_summary(records, spec.report.columns, outcomes, ks=ks)
   summary["evaluated"] = label
   out = _OUT.value or os.path.join(c.workdir, "eval")
   json_path, md_path = write_report(summary, out, title=f"{c.env.name} evaluation: {label}")

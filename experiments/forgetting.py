@@ -5,17 +5,19 @@
   python experiments/evaluate.py ... --step=latest --attempts=16 --out=RUN/eval_latest
   python experiments/forgetting.py --then=RUN/eval_step8/eval.json --now=RUN/eval_latest/eval.json
 
-Writes forgetting.json and forgetting.md (default: beside --now): per task type the pooled success then and now,
-how many problems the later checkpoint lost (one-sided Fisher exact test per problem) or gained, and a Wilcoxon
-signed-rank test over problems (`agentopd_jax.teachers.coverage.forgetting_report`). The validation a run logs uses
-a few attempts per problem, where a lost problem is as often luck as skill; this is the check with enough attempts.
+Writes forgetting.json and forgetting.md (default: beside --now): per group (the run's env groups its problems:
+ALFWorld by task type) the pooled success then and now, how many problems the later checkpoint lost (one-sided Fisher
+exact test per problem) or gained, and a Wilcoxon signed-rank test over problems
+(`agentopd_jax.eval.coverage.forgetting_report`). The run is `--run_dir`, by default the folder above --now's report
+folder (evaluate.py writes its reports in <workdir>/...). The validation a run logs uses a few attempts per problem,
+where a lost problem is as often luck as skill; this is the check with enough attempts.
 """
 import argparse
 import json
 import os
 import sys
 
-from agentopd_jax.teachers.coverage import forgetting_markdown, forgetting_report
+from agentopd_jax.eval.coverage import forgetting_markdown, forgetting_report, run_group_of
 
 
 def _outcomes(path: str) -> dict:
@@ -35,8 +37,16 @@ def main(argv=None):
   parser.add_argument("--now", required=True, help="eval.json of the later checkpoint")
   parser.add_argument("--alpha", type=float, default=0.05, help="per-problem significance level")
   parser.add_argument("--out", default="", help="output folder (default: the folder of --now)")
+  parser.add_argument("--run_dir", default="", help="the evaluated run, whose config.json's env groups the problems "
+                      "(default: the folder above --now's folder)")
   args = parser.parse_args(argv)
-  report = forgetting_report(_outcomes(args.then), _outcomes(args.now), args.alpha)
+  then, now = _outcomes(args.then), _outcomes(args.now)
+  run_dir = args.run_dir or os.path.dirname(os.path.dirname(os.path.abspath(args.now)))
+  try:
+    group_of = run_group_of(run_dir)
+  except FileNotFoundError as e:
+    sys.exit(f"forgetting.py: error: {e}; pass --run_dir, the run the evaluations are of")
+  report = forgetting_report(then, now, group_of, args.alpha)
   report.update(then_report=os.path.abspath(args.then), now_report=os.path.abspath(args.now))
   out = args.out or os.path.dirname(os.path.abspath(args.now))
   os.makedirs(out, exist_ok=True)

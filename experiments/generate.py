@@ -10,6 +10,7 @@ import jax
 from absl import app
 from ml_collections import config_flags
 
+from agentopd_jax.envs.verl_agent.corpus import default_corpus
 from agentopd_jax.models.loading import load_model_and_tokenizer
 from agentopd_jax.models.tokenizer import apply_chat_template
 from agentopd_jax.parallel import sharding
@@ -22,7 +23,8 @@ def main(argv):
   del argv
   c = _CONFIG.value
   mesh = sharding.make_mesh(tuple(c.mesh_shape))
-  config, params, tokenizer = load_model_and_tokenizer(c.model, c.tokenizer_path, c.seed, mesh)
+  config, params, tokenizer = load_model_and_tokenizer(c.model, c.tokenizer_path, c.seed, mesh,
+                                                       builtin_corpus=default_corpus())
   sampler = Sampler(config, tokenizer=tokenizer, pad_id=tokenizer.pad_token_id or 0)
   sp = SamplingParams(max_new_tokens=c.sampling.max_new_tokens, temperature=c.sampling.temperature,
                       top_k=c.sampling.top_k, top_p=c.sampling.top_p, stop_strings=tuple(c.sampling.stop_strings),

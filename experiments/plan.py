@@ -8,7 +8,7 @@ Why: a config that does not fit fails after its weights are loaded and its first
 reads the config as `experiments/train.py` does (same flags and overrides), builds nothing but shapes
 (`jax.eval_shape`, an abstract mesh), and prints the per-device bytes of parameters, optimizer state, reference
 and teacher copies, gradients, one micro-batch's activations with and without remat, the loss head, the sampler's
-KV cache and prefill, then the verdict for each accelerator (agentopd_jax/parallel/memory.py has the formulas,
+KV cache and prefill, then the verdict for each accelerator (agentopd_jax/training/memory_plan.py has the formulas,
 docs/planning.md the measured checks). Sizes are worst cases: prompts at rollout.max_prompt_tokens, replies at
 rollout.max_response_tokens.
 """
@@ -19,19 +19,19 @@ import json
 from absl import app, flags
 from ml_collections import config_flags
 
+from agentopd_jax.batching.collate import round_up
 from agentopd_jax.models.config import ModelConfig, preset
 from agentopd_jax.models.loading import model_overrides
 from agentopd_jax.objectives.registry import LossConfig, get_objective
-from agentopd_jax.parallel import memory
-from agentopd_jax.rollout.batch import round_up
 from agentopd_jax.rollout.engine import RolloutConfig
 from agentopd_jax.sampling.sampler import Sampler, _bucket  # the sampler's own length rounding
 from agentopd_jax.scoring.fused import ScoreConfig
+from agentopd_jax.training import memory_plan
 from agentopd_jax.training.train_step import PAD_MULTIPLE, OptimConfig, make_optimizer
 from agentopd_jax.training.trainer import config_dataclass
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/alfworld.py", "Run config.", lock_config=True)
-_ACCELERATOR = flags.DEFINE_enum("accelerator", "all", ["all", *memory.ACCELERATORS], "verdict for this one only")
+_ACCELERATOR = flags.DEFINE_enum("accelerator", "all", ["all", *memory_plan.ACCELERATORS], "verdict for this one only")
 _NUM_DEVICES = flags.DEFINE_integer("num_devices", 0, "devices of the mesh; needed when config.mesh_shape has a -1")
 _JSON = flags.DEFINE_bool("json", False, "print one JSON object instead of the table")
 
@@ -47,7 +47,7 @@ def model_config(c) -> ModelConfig:
   return preset(c.model.preset).replace(**overrides)
 
 
-def workload(c, loss_cfg: LossConfig, score_cfg: ScoreConfig) -> memory.Workload:
+def workload(c, loss_cfg: LossConfig, score_cfg: ScoreConfig) -> memory_plan.Workload:
   """The train step's micro-batch and the sampler's largest cache under `c`, as the trainer and engine size them."""
   rollout = config_dataclass(RolloutConfig, c.rollout)
   step_layout = rollout.layout == "step"
@@ -65,30 +65,30 @@ def workload(c, loss_cfg: LossConfig, score_cfg: ScoreConfig) -> memory.Workload
     prefill = _bucket(rollout.max_total_tokens - rollout.max_response_tokens, bucket)
   teacher_k = get_objective(loss_cfg.objective).teacher_top_k
   signals = 0 if teacher_k is None else 4 + 8 * teacher_k(loss_cfg)  # log-probs, top-k ids and log-probs
-  return memory.Workload(rows=min(c.grpo.micro_batch_size, c.grpo.mini_batch_size), seq_len=seq_len,
-                         minibatch_rows=c.grpo.mini_batch_size, score=score_cfg, sampler_rows=rows,
-                         cache_capacity=capacity, prefill_len=prefill, batch_bytes_per_token=24 + signals,
-                         live_caches=caches)
+  return memory_plan.Workload(rows=min(c.grpo.micro_batch_size, c.grpo.mini_batch_size), seq_len=seq_len,
+                              minibatch_rows=c.grpo.mini_batch_size, score=score_cfg, sampler_rows=rows,
+                              cache_capacity=capacity, prefill_len=prefill, batch_bytes_per_token=24 + signals,
+                              live_caches=caches)
 
 
 def plan_from_config(c, num_devices: int = 0):
   """(model config, mesh shape, workload, plan) of run config `c`; allocates nothing."""
   model = model_config(c)
-  mesh_shape = memory.resolve_mesh_shape(tuple(c.mesh_shape), num_devices)
+  mesh_shape = memory_plan.resolve_mesh_shape(tuple(c.mesh_shape), num_devices)
   loss_cfg = config_dataclass(LossConfig, c.loss)
   score_cfg = get_objective(loss_cfg.objective).score_config(loss_cfg, ScoreConfig(temperature=c.rollout.temperature))
   work = workload(c, loss_cfg, score_cfg)
   optimizer = make_optimizer(config_dataclass(OptimConfig, c.optim))
-  result = memory.plan(model, mesh_shape, optimizer, work, with_reference=loss_cfg.kl_coef > 0,
-                       with_teacher=score_cfg.teacher == "params")
+  result = memory_plan.plan(model, mesh_shape, optimizer, work, with_reference=loss_cfg.kl_coef > 0,
+                            with_teacher=score_cfg.teacher == "params")
   return model, mesh_shape, work, result
 
 
 def _gib(n: int) -> str:
-  return f"{n / memory.GiB:9.2f}"
+  return f"{n / memory_plan.GiB:9.2f}"
 
 
-def table(model: ModelConfig, mesh_shape, w: memory.Workload, p: memory.Plan, accelerators) -> str:
+def table(model: ModelConfig, mesh_shape, w: memory_plan.Workload, p: memory_plan.Plan, accelerators) -> str:
   lines = [
       f"model: {model.num_params() / 1e6:,.0f} M params, {model.num_layers} layers, params {model.param_dtype}, "
       f"compute {model.dtype}; mesh (data, fsdp, tensor) = {mesh_shape}",
@@ -103,7 +103,7 @@ def table(model: ModelConfig, mesh_shape, w: memory.Workload, p: memory.Plan, ac
           ("= train step, no remat", p.train_step(False)), ("= train step, remat", p.train_step(True)),
           (f"KV cache (x {p.live_caches} live)", p.kv_cache), ("prefill", p.prefill), ("= rollout", p.rollout),
           ("PEAK, no remat", p.peak(False)), ("PEAK, remat", p.peak(True)))),
-      "", f"verdict (peak <= {memory.HEADROOM:.0%} of HBM; *: what the model config runs, remat={p.remat})"]
+      "", f"verdict (peak <= {memory_plan.HEADROOM:.0%} of HBM; *: what the model config runs, remat={p.remat})"]
   for name in accelerators:
     for remat in (False, True):
       mark = "*" if remat == p.remat else " "
@@ -114,11 +114,11 @@ def table(model: ModelConfig, mesh_shape, w: memory.Workload, p: memory.Plan, ac
 def main(argv):
   del argv
   model, mesh_shape, work, result = plan_from_config(_CONFIG.value, _NUM_DEVICES.value)
-  accelerators = list(memory.ACCELERATORS) if _ACCELERATOR.value == "all" else [_ACCELERATOR.value]
+  accelerators = list(memory_plan.ACCELERATORS) if _ACCELERATOR.value == "all" else [_ACCELERATOR.value]
   if _JSON.value:
     print(json.dumps({
         "model": dataclasses.asdict(model), "mesh_shape": mesh_shape, "workload": dataclasses.asdict(work),
-        "bytes_per_device": result.to_dict(), "headroom": memory.HEADROOM,
+        "bytes_per_device": result.to_dict(), "headroom": memory_plan.HEADROOM,
         "verdicts": {name: {"no_remat": result.verdict(name, False), "remat": result.verdict(name, True)}
                      for name in accelerators}}, indent=2))
   else:

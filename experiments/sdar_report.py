@@ -15,8 +15,8 @@ import json
 import statistics
 from typing import Dict, List
 
-from agentopd_jax.training.checkpoints import CheckpointPool
-from agentopd_jax.training.logging import read_metrics
+from agentopd_jax.storage.checkpoints import CheckpointPool
+from agentopd_jax.storage.logs import read_metrics
 
 
 def _mean_sd(values: List[float]) -> str:

@@ -22,6 +22,7 @@ import random
 from pathlib import Path
 
 from agentopd_jax.envs import registry
+from agentopd_jax.envs.verl_agent.corpus import default_corpus
 from agentopd_jax.models.tokenizer import apply_chat_template, builtin_tokenizer
 from agentopd_jax.skills import SkillQuery, privileged_prefix, retriever_for
 from agentopd_jax.training.trainer import text_env_factory
@@ -48,7 +49,8 @@ def tokenizer_of(c, spec):
   """The built-in tokenizer the run trains (with the env's corpus when the config asks): its chat template makes
   the prompt text, its BPE the token counts."""
   texts, words = spec.tokenizer_corpus(c.env) if c.builtin_tokenizer.env_corpus else ([], [])
-  return builtin_tokenizer(vocab_size=c.builtin_tokenizer.vocab_size, env_texts=texts, whole_words=words)
+  return builtin_tokenizer(default_corpus(), vocab_size=c.builtin_tokenizer.vocab_size, env_texts=texts,
+                           whole_words=words)
 
 
 def report(env: str, variant: str, train_sample: int, bank_dir: str = "", overrides=()) -> dict:

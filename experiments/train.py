@@ -14,7 +14,7 @@ from absl import app
 from ml_collections import config_flags
 
 from agentopd_jax.parallel import distributed
-from agentopd_jax.training.logging import configure_cli_logging
+from agentopd_jax.storage.logs import configure_cli_logging
 from agentopd_jax.training.opd_trainer import train_agentic_opd
 from agentopd_jax.training.trainer import train
 

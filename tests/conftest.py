@@ -101,8 +101,8 @@ def tiny_scoring_batch():
   import jax.numpy as jnp
   import numpy as np
 
+  from agentopd_jax.batching.collate import TrainBatch
   from agentopd_jax.models import config as model_config
-  from agentopd_jax.rollout.batch import TrainBatch
 
   model = model_config.preset("tiny", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=1,
                               num_heads=2, num_kv_heads=1, head_dim=16)

@@ -31,33 +31,14 @@ LAYERS: Tuple[str, ...] = (
   "sampling | scoring",
   "rollout | objectives",
   "skills | eval",
-  "methods.base",
-  "methods.grpo",
-  "methods.sdar | methods.opid | methods.agentic_opd | methods.skill_grpo | teachers",
-  "methods",
+  "teachers",
   "training",
   "serve",
 )
 
-# (importing module, imported module) pairs still being moved out.
+# (importing module, imported module) pairs that still break the rule; the list only shrinks.
 ALLOWED: FrozenSet[Tuple[str, str]] = frozenset({
-  ("agentopd_jax.eval.compare", "agentopd_jax.training.logging"),
-  ("agentopd_jax.objectives.distill", "agentopd_jax.rollout.batch"),
-  ("agentopd_jax.objectives.registry", "agentopd_jax.rollout.batch"),
-  ("agentopd_jax.objectives.self_distill", "agentopd_jax.rollout.batch"),
-  ("agentopd_jax.parallel.memory", "agentopd_jax.models.transformer"),
-  ("agentopd_jax.parallel.memory", "agentopd_jax.models.config"),
-  ("agentopd_jax.parallel.memory", "agentopd_jax.scoring.fused"),
-  ("agentopd_jax.parallel.memory", "agentopd_jax.training.train_step"),
-  ("agentopd_jax.scoring.teacher_signals", "agentopd_jax.rollout.batch"),
-  ("agentopd_jax.scoring.teacher_signals", "agentopd_jax.rollout.types"),
-  ("agentopd_jax.teachers.hindsight", "agentopd_jax.serve.__main__"),
-  ("agentopd_jax.teachers.pool", "agentopd_jax.training.checkpoints"),
-  ("agentopd_jax.teachers.resident", "agentopd_jax.training.checkpoints"),
-  # circles
-  ("agentopd_jax.envs.search.hindsight", "agentopd_jax.envs.search.spec"),
-  ("agentopd_jax.envs.webshop.hindsight", "agentopd_jax.envs.webshop.spec"),
-  ("agentopd_jax.objectives.distill", "agentopd_jax.objectives.registry"),
+  # a circle: check_config (defaults) reads the trainer's config helpers, and the trainer reads defaults
   ("agentopd_jax.training.defaults", "agentopd_jax.training.trainer"),
 })
 

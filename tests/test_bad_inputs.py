@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
+from agentopd_jax.envs.verl_agent.corpus import default_corpus
 from agentopd_jax.models import hf_io
 from agentopd_jax.models.config import ModelConfig
 from agentopd_jax.models.loading import load_model_and_tokenizer
@@ -214,6 +215,7 @@ def test_damaged_tokenizer_in_the_model_folder_is_named(hf_checkpoints, tmp_path
 def test_a_weights_only_folder_falls_back_to_the_built_in_tokenizer_with_a_warning(hf_checkpoints, tmp_path, caplog):
   folder = _folder_copy(hf_checkpoints["qwen2"][1], tmp_path / "m")  # save_pretrained writes no tokenizer files
   with caplog.at_level(logging.WARNING, "agentopd_jax.models.loading"):
-    _, _, tokenizer = load_model_and_tokenizer(_model_section(path=str(folder)), "", 0, None, builtin_vocab=300)
+    _, _, tokenizer = load_model_and_tokenizer(_model_section(path=str(folder)), "", 0, None, builtin_vocab=300,
+                                               builtin_corpus=default_corpus())
   assert f"model.path {folder} has no tokenizer files: using the built-in tokenizer" in caplog.text
   assert len(tokenizer) <= 512

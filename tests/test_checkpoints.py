@@ -18,7 +18,7 @@ from jax.sharding import PartitionSpec as P
 from agentopd_jax.models import transformer
 from agentopd_jax.models.config import preset
 from agentopd_jax.parallel import sharding
-from agentopd_jax.training.checkpoints import CheckpointPool, DamagedCheckpointError
+from agentopd_jax.storage.checkpoints import CheckpointPool, DamagedCheckpointError
 
 CONFIG = {"model": "tiny", "lr": 1e-6, "phase": "grpo"}
 
@@ -257,7 +257,7 @@ def _truncate(path):
 ])
 def test_resume_skips_a_damaged_newest_step_and_keeps_it(pool, caplog, damage, pattern):
   damage(_newest_file(pool, 30, pattern))
-  with caplog.at_level(logging.WARNING, "agentopd_jax.training.checkpoints"):
+  with caplog.at_level(logging.WARNING, "agentopd_jax.storage.checkpoints"):
     step, state = pool.restore_newest(_state(0))
   assert step == 20
   _assert_bitwise(state, _state(20))
@@ -275,7 +275,7 @@ def test_damage_without_a_checksum_is_found_by_restoring(pool, caplog):
   with open(os.path.join(pool.directory, "checksums.json"), "w") as f:
     f.write('{"10": "ab')  # a damaged file
   _truncate(_newest_file(pool, 30, "state/manifest.ocdbt"))
-  with caplog.at_level(logging.WARNING, "agentopd_jax.training.checkpoints"):
+  with caplog.at_level(logging.WARNING, "agentopd_jax.storage.checkpoints"):
     assert pool.restore_newest(_state(0))[0] == 20
   assert "checksums.json does not read" in caplog.text and "checkpoint step 30" in caplog.text
   assert "DATA_LOSS" in caplog.text and "tensorstore_spec" not in caplog.text

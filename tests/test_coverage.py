@@ -1,4 +1,4 @@
-"""Coverage analysis: hand-computed union / per-type / historical-gap numbers, and the CLI's three output files."""
+"""Coverage analysis: hand-computed union / per-group / historical-gap numbers, and the CLI's three output files."""
 import json
 import os
 import subprocess
@@ -7,9 +7,10 @@ import sys
 import numpy as np
 import pytest
 
-from agentopd_jax.teachers.coverage import (coverage_report, forgetting_markdown, forgetting_report, historical_gap,
-                                          is_solved, solved_set, to_markdown)
-from agentopd_jax.training.checkpoints import CheckpointPool
+from agentopd_jax.envs import registry
+from agentopd_jax.eval.coverage import (coverage_report, forgetting_markdown, forgetting_report, historical_gap,
+                                        is_solved, run_group_of, solved_set, to_markdown)
+from agentopd_jax.storage.checkpoints import CheckpointPool
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 P1 = "valid_seen/pick_and_place_simple-Apple-None-Fridge-1/trial_1/game.tw-pddl"
@@ -18,6 +19,7 @@ L1 = "valid_seen/look_at_obj_in_light-Book-None-DeskLamp-3/trial_3/game.tw-pddl"
 L2 = "valid_seen/look_at_obj_in_light-Pen-None-DeskLamp-4/trial_4/game.tw-pddl"
 X = "nq:17"  # an id that names no ALFWorld task type
 PANEL = (P1, P2, L1, L2, X)
+GROUP_OF = registry.get("alfworld").group_of  # ALFWorld's problem ids are its tasks (game paths)
 
 
 def _outcomes(solved, attempts=2):
@@ -37,8 +39,8 @@ def test_solved_rules():
     is_solved(1, 1, "some")
 
 
-def test_overall_and_per_type():
-  r = coverage_report(RUN, BEST)
+def test_overall_and_per_group():
+  r = coverage_report(RUN, BEST, GROUP_OF)
   assert r["steps"] == [0, 4, 8, 12] and r["best_step"] == 8 and r["problems"] == 5
   assert (r["union"], r["best"], r["max_single"], r["max_single_step"]) == (4, 2, 2, 4)  # 4 and 8 tie: earlier
   assert r["union_over_best"] == 2.0 and r["only_union"] == 2
@@ -60,7 +62,7 @@ def test_overall_and_per_type():
 
 
 def test_historical_gap():
-  assert coverage_report(RUN, BEST)["historical_gap"] == [
+  assert coverage_report(RUN, BEST, GROUP_OF)["historical_gap"] == [
       {"step": 0, "current": 1, "historical": 1, "gap": 0},
       {"step": 4, "current": 2, "historical": 2, "gap": 0},
       {"step": 8, "current": 2, "historical": 3, "gap": 1},   # P1 lost
@@ -72,16 +74,16 @@ def test_historical_gap():
 
 def test_majority_rule_and_bad_input():
   run = {**RUN, 4: {**RUN[4], L1: (2, 2)}}  # every step has 1 success of 2, except L1 at step 4
-  r = coverage_report(run, BEST, rule="majority")
+  r = coverage_report(run, BEST, GROUP_OF, rule="majority")
   assert (r["union"], r["best"], r["solved_rule"]) == (1, 0, "majority") and r["union_over_best"] is None
   with pytest.raises(ValueError, match="best_step 3 is not among"):
-    coverage_report(RUN, 3)
+    coverage_report(RUN, 3, GROUP_OF)
   with pytest.raises(ValueError, match="at least one checkpoint"):
-    coverage_report({}, 0)
+    coverage_report({}, 0, GROUP_OF)
 
 
 def test_markdown():
-  md = to_markdown(coverage_report(RUN, BEST), "T")
+  md = to_markdown(coverage_report(RUN, BEST, GROUP_OF), "T")
   assert md.startswith("# T\n")
   assert "| 5 | 4 | 2 | 2 (4) | 2.00x | 2 |" in md
   assert "| look_at_obj_in_light | 2 | 2 | 1 | 1 (4) | 2.00x |" in md
@@ -89,19 +91,51 @@ def test_markdown():
   assert "| 8 (best) | 2 | 40.0 | 2 | 0 | 3 | 1 |" in md
 
 
+def _alfworld_run(root) -> tuple:
+  """(a run folder whose config.json names ALFWorld games written under `root`, {panel id: that game's path})."""
+  data = root / "data"
+  for game in (P1, P2, L1, L2, "train/pick_and_place_simple-Cup-None-Sink-5/trial_5/game.tw-pddl"):
+    folder = (data / "json_2.1.1" / game).parent
+    folder.mkdir(parents=True)
+    (folder / "traj_data.json").write_text(json.dumps({"task_type": game.split("/")[1].split("-")[0]}))
+    (folder / "game.tw-pddl").write_text(json.dumps({"solvable": True}))
+  run_dir = root / "run"
+  run_dir.mkdir()
+  (run_dir / "config.json").write_text(json.dumps({"seed": 0, "env": {
+      "name": "alfworld", "data_root": str(data), "train_split": "train", "valid_split": "valid_seen",
+      "task_types": ["pick_and_place_simple", "look_at_obj_in_light"]}}))
+  return run_dir, {p: str(data / "json_2.1.1" / p) for p in (P1, P2, L1, L2)}
+
+
+def test_a_run_groups_its_problems_as_its_env_groups_its_tasks(tmp_path):
+  run_dir, path = _alfworld_run(tmp_path)
+  group_of = run_group_of(run_dir)
+  assert group_of(path[P1]) == "pick_and_place" and group_of(path[L2]) == "look_at_obj_in_light"
+  assert group_of(X) is None  # no task of the run
+  webshop = tmp_path / "webshop"
+  webshop.mkdir()
+  (webshop / "config.json").write_text(json.dumps({"env": {"name": "webshop"}}))
+  assert run_group_of(webshop)("3") is None  # an env without groups
+  with pytest.raises(FileNotFoundError, match="no config.json"):
+    run_group_of(tmp_path)
+
+
 def test_cli_writes_json_markdown_and_png(tmp_path):
-  with CheckpointPool(tmp_path / "run" / "checkpoints") as pool:
-    for step, outcomes in RUN.items():
+  run_dir, path = _alfworld_run(tmp_path)
+  run = {step: {path.get(p, p): o for p, o in outcomes.items()} for step, outcomes in RUN.items()}
+  with CheckpointPool(run_dir / "checkpoints") as pool:
+    for step, outcomes in run.items():
       pool.save(step, {"params": {"w": np.full((2, 2), step, np.float32)}},
                 metrics={"val/success_rate": 0.9 if step == BEST else 0.1}, outcomes=outcomes, config={})
   out = tmp_path / "cov"
   env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-  proc = subprocess.run([sys.executable, "experiments/coverage.py", f"--run_dir={tmp_path / 'run'}", f"--out={out}"],
+  proc = subprocess.run([sys.executable, "experiments/coverage.py", f"--run_dir={run_dir}", f"--out={out}"],
                         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert sorted(os.listdir(out)) == ["coverage.json", "coverage.md", "coverage.png"]
   report = json.loads((out / "coverage.json").read_text())
-  assert report == {**coverage_report(RUN, BEST), "run_dir": str(tmp_path / "run")}
+  assert report == {**coverage_report(run, BEST, GROUP_OF), "run_dir": str(run_dir)}
+  assert set(report["per_type"]) == {"look_at_obj_in_light", "other", "pick_and_place"}
   assert "| 8 (best) |" in (out / "coverage.md").read_text()
   assert (out / "coverage.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   assert json.loads(proc.stdout.strip().splitlines()[-1])["union_over_best"] == 2.0
@@ -110,7 +144,7 @@ def test_cli_writes_json_markdown_and_png(tmp_path):
 def test_forgetting_report_tells_skill_from_luck_by_hand_values(tmp_path):
   then = {P1: (5, 16), P2: (4, 16), L1: (0, 16), L2: (3, 16), X: (0, 16)}
   now = {P1: (0, 16), P2: (0, 16), L1: (6, 16), L2: (3, 16), X: (0, 16)}
-  report = forgetting_report(then, now)
+  report = forgetting_report(then, now, GROUP_OF)
   # P(X >= 5) for X ~ Hypergeometric(32 attempts, 5 wins, 16 drawn) = C(16,5) / C(32,5) = 4368 / 201376.
   assert report["problems"][P1]["p_forgotten"] == pytest.approx(4368 / 201376)
   assert report["problems"][P2]["p_forgotten"] == pytest.approx(1820 / 35960)  # 0.0506: could be luck
@@ -122,16 +156,24 @@ def test_forgetting_report_tells_skill_from_luck_by_hand_values(tmp_path):
   md = forgetting_markdown(report, "t")
   assert "| pick_and_place | 2 | 28.1 | 0.0 | 1 | 0 | 0.5 |" in md and f"| {P1} | 5/16 | 0/16 | 0.0217 |" in md
   with pytest.raises(ValueError, match="share no problem"):
-    forgetting_report({P1: (1, 2)}, {P2: (1, 2)})
-  # the command reads two evaluate.py reports
+    forgetting_report({P1: (1, 2)}, {P2: (1, 2)}, GROUP_OF)
+  # the command reads two evaluate.py reports of a run (by default the folder above the later report's)
+  run_dir, path = _alfworld_run(tmp_path)
   for name, outcomes in (("then", then), ("now", now)):
-    (tmp_path / f"{name}.json").write_text(json.dumps({"outcomes": {p: list(v) for p, v in outcomes.items()}}))
-  proc = subprocess.run([sys.executable, "experiments/forgetting.py", f"--then={tmp_path / 'then.json'}",
-                         f"--now={tmp_path / 'now.json'}", f"--out={tmp_path / 'f'}"],
+    (run_dir / f"eval_{name}").mkdir()
+    (run_dir / f"eval_{name}" / "eval.json").write_text(
+        json.dumps({"outcomes": {path.get(p, p): list(v) for p, v in outcomes.items()}}))
+  proc = subprocess.run([sys.executable, "experiments/forgetting.py", f"--then={run_dir / 'eval_then' / 'eval.json'}",
+                         f"--now={run_dir / 'eval_now' / 'eval.json'}", f"--out={tmp_path / 'f'}"],
                         cwd=REPO, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-3000:]
-  assert json.loads((tmp_path / "f" / "forgetting.json").read_text())["forgotten"] == [P1]
+  assert json.loads((tmp_path / "f" / "forgetting.json").read_text())["forgotten"] == [path[P1]]
   assert "| pick_and_place | 2 |" in (tmp_path / "f" / "forgetting.md").read_text()
   bad = subprocess.run([sys.executable, "experiments/forgetting.py", f"--then={tmp_path / 'nope.json'}",
-                        f"--now={tmp_path / 'now.json'}"], cwd=REPO, capture_output=True, text=True, timeout=300)
+                        f"--now={run_dir / 'eval_now' / 'eval.json'}"], cwd=REPO, capture_output=True, text=True,
+                       timeout=300)
   assert bad.returncode != 0 and "nope.json" in bad.stderr
+  (tmp_path / "now.json").write_text((run_dir / "eval_now" / "eval.json").read_text())
+  no_run = subprocess.run([sys.executable, "experiments/forgetting.py", f"--then={tmp_path / 'now.json'}",
+                           f"--now={tmp_path / 'now.json'}"], cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert no_run.returncode != 0 and "no config.json" in no_run.stderr and "--run_dir" in no_run.stderr

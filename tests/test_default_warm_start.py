@@ -16,8 +16,8 @@ import pytest
 
 pytest.importorskip("alfworld", reason="generating games needs the alfworld wheel's domain files ([envs] extra)")
 
-from agentopd_jax.training.checkpoints import CheckpointPool  # noqa: E402
-from agentopd_jax.training.logging import read_metrics  # noqa: E402
+from agentopd_jax.storage.checkpoints import CheckpointPool  # noqa: E402
+from agentopd_jax.storage.logs import read_metrics  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHORTENED = {"grpo.iterations": 0, "sft.steps": 20, "sft.demos": 64, "validation.num_tasks": 16,

@@ -8,11 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from agentopd_jax.batching.collate import TrainBatch, collate
+from agentopd_jax.batching.samples import Sample
 from agentopd_jax.objectives import (LossConfig, broadcast_to_tokens, get_objective, lad_mask,
                                      normalizer_for, opd_policy_loss, ppo_dual_clip_loss, problem_success_rates,
                                      sampled_token_opd_advantage, topk_reverse_kl)
-from agentopd_jax.rollout.batch import TrainBatch, collate
-from agentopd_jax.rollout.types import Sample
 from agentopd_jax.scoring.fused import ScoreConfig, Scores
 
 LN = math.log

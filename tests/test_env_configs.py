@@ -16,8 +16,8 @@ from agentopd_jax.envs.webshop.env import build_shop  # noqa: E402
 from agentopd_jax.envs.webshop.expert import plan, top_result_plan  # noqa: E402
 from agentopd_jax.objectives.registry import LossConfig  # noqa: E402
 from agentopd_jax.rollout.engine import RolloutConfig  # noqa: E402
-from agentopd_jax.training.checkpoints import CheckpointPool  # noqa: E402
-from agentopd_jax.training.logging import read_metrics  # noqa: E402
+from agentopd_jax.storage.checkpoints import CheckpointPool  # noqa: E402
+from agentopd_jax.storage.logs import read_metrics  # noqa: E402
 from agentopd_jax.training.train_step import OptimConfig  # noqa: E402
 from agentopd_jax.training.trainer import config_dataclass  # noqa: E402
 

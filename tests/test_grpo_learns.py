@@ -9,10 +9,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from agentopd_jax.batching.samples import Sample
 from agentopd_jax.models import config as model_config, transformer
 from agentopd_jax.objectives.advantages import get_advantage_estimator
 from agentopd_jax.objectives.registry import LossConfig
-from agentopd_jax.rollout.types import Sample
 from agentopd_jax.sampling.sampler import Sampler, SamplingParams
 from agentopd_jax.training.train_step import OptimConfig, init_state, make_minibatches, make_optimizer, make_train_step
 

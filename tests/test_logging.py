@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agentopd_jax.training.logging import (METRICS_FILE, LiveReport, MetricsLogger, headline, plot_curves, progress,
+from agentopd_jax.storage.logs import (METRICS_FILE, LiveReport, MetricsLogger, headline, plot_curves, progress,
                                           read_metrics)
 
 
@@ -123,7 +123,7 @@ def test_plot_curves_png(tmp_path):
   assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000
   with pytest.raises(ValueError):
     plot_curves(tmp_path, tmp_path / "none.png", keys=[])
-  from agentopd_jax.training.logging import _default_plot_keys
+  from agentopd_jax.storage.logs import _default_plot_keys
 
   assert _default_plot_keys(read_metrics(tmp_path)) == ["loss", "kl", "reward/mean", "episode/success_rate"]
 
@@ -158,7 +158,7 @@ def test_live_report_logs_lines_without_a_terminal_and_fills_the_postfix_on_one(
   live = LiveReport(sft_every=10)
   log = MetricsLogger(tmp_path, use_tensorboard=False, on_log=live)
   monkeypatch.setenv("AGENTOPD_PROGRESS", "0")  # stderr is not a terminal: log lines
-  with caplog.at_level("INFO", logger="agentopd_jax.training.logging"):
+  with caplog.at_level("INFO", logger="agentopd_jax.storage.logs"):
     for step in live.watch(progress(range(1, 21), "sft")):
       log.log(step, {"sft/loss": 1.0 / step}, phase="sft")
     live.watch(None)
@@ -171,7 +171,7 @@ def test_live_report_logs_lines_without_a_terminal_and_fills_the_postfix_on_one(
   monkeypatch.setenv("AGENTOPD_PROGRESS", "1")  # a terminal: the postfix, no lines
   caplog.clear()
   out = io.StringIO()
-  with caplog.at_level("INFO", logger="agentopd_jax.training.logging"):
+  with caplog.at_level("INFO", logger="agentopd_jax.storage.logs"):
     bar = live.watch(progress(2, "grpo", file=out))
     log.log(2, {"episode/success_rate": 0.5}, phase="train")
     log.log(2, {"val/success_rate": 0.3}, phase="val")

@@ -23,10 +23,10 @@ import ml_collections
 import numpy as np
 import pytest
 
-from agentopd_jax.models import config as model_config, hf_io, loading, tokenizer as tokmod, transformer
+from agentopd_jax.batching.collate import TrainBatch
+from agentopd_jax.models import config as model_config, hf_io, loading, transformer
 from agentopd_jax.objectives.registry import LossConfig
 from agentopd_jax.parallel.sharding import make_mesh
-from agentopd_jax.rollout.batch import TrainBatch
 from agentopd_jax.scoring.fused import ScoreConfig, make_score_fn
 from agentopd_jax.training.train_step import OptimConfig, init_state, make_optimizer, make_train_step, split_minibatches
 
@@ -160,11 +160,11 @@ def _model_section(**fields) -> ml_collections.ConfigDict:
 
 @pytest.fixture(scope="module")
 def small_corpus(tmp_path_factory):
-  """A seconds-fast built-in tokenizer (< 300 tokens), trained once for the module and cached in a tmp folder."""
+  """The base corpus of a seconds-fast built-in tokenizer (< 300 tokens), trained once for the module and cached in a
+  tmp folder."""
   with pytest.MonkeyPatch.context() as patch:
     patch.setenv("AGENTOPD_CACHE", str(tmp_path_factory.mktemp("tokenizer_cache")))
-    patch.setattr(tokmod, "default_corpus", lambda: ["go to drawer 1", "Nothing happens."] * 20)
-    yield
+    yield ["go to drawer 1", "Nothing happens."] * 20
 
 
 def test_run_config_dtypes_load_f32_masters_with_bf16_compute(small_corpus, tmp_path):
@@ -181,7 +181,8 @@ def test_run_config_dtypes_load_f32_masters_with_bf16_compute(small_corpus, tmp_
     folder = str(tmp_path / stored)
     hf_io.save_hf(folder, config.replace(param_dtype=stored), jax.tree.map(lambda x: jnp.asarray(x, stored), params))
     loaded, loaded_params, _ = loading.load_model_and_tokenizer(
-        _model_section(path=folder, param_dtype=param_dtype, dtype=dtype), "", 0, mesh, builtin_vocab=300)
+        _model_section(path=folder, param_dtype=param_dtype, dtype=dtype), "", 0, mesh, builtin_vocab=300,
+        builtin_corpus=small_corpus)
     assert (loaded.param_dtype, loaded.dtype) == ("float32", "bfloat16")
     assert {leaf.dtype for leaf in jax.tree.leaves(loaded_params)} == {jnp.dtype(jnp.float32)}
     # The f32 masters hold exactly what the checkpoint holds (bf16 upcasts exactly).
@@ -196,14 +197,15 @@ def test_preset_compute_dtype_follows_param_dtype_unless_set(small_corpus, monke
       lambda a: jnp.zeros(a.shape, a.dtype), transformer.abstract_params(config)))
   mesh = make_mesh((-1, 1, 1))
   config, params, _ = loading.load_model_and_tokenizer(_model_section(dtype="bfloat16"), "", 0, mesh,
-                                                       builtin_vocab=300)
+                                                       builtin_vocab=300, builtin_corpus=small_corpus)
   assert (config.param_dtype, config.dtype) == ("float32", "bfloat16")
   assert {leaf.dtype for leaf in jax.tree.leaves(params)} == {jnp.dtype(jnp.float32)}
   # A param_dtype alone sets compute too, as for a checkpoint; and a run folder's config.json from before
   # `model.dtype` existed, which lacks the field, loads as "".
   old = _model_section(param_dtype="bfloat16")
   del old["dtype"]
-  config, params, _ = loading.load_model_and_tokenizer(old, "", 0, mesh, builtin_vocab=300)
+  config, params, _ = loading.load_model_and_tokenizer(old, "", 0, mesh, builtin_vocab=300,
+                                                       builtin_corpus=small_corpus)
   assert (config.param_dtype, config.dtype) == ("bfloat16", "bfloat16")
   assert {leaf.dtype for leaf in jax.tree.leaves(params)} == {jnp.dtype(jnp.bfloat16)}
 

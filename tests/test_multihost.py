@@ -21,7 +21,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from agentopd_jax.training.checkpoints import CheckpointPool
+from agentopd_jax.storage.checkpoints import CheckpointPool
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLAGS = {"env.num_workers": 1, "mesh_shape": "(1,8,1)", "sft.steps": 2, "sft.demos": 4, "sft.batch_size": 8,

@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from agentopd_jax.rollout.types import Sample
+from agentopd_jax.batching.samples import Sample
 from agentopd_jax.training.train_step import BadUpdates, minibatch_samples
 
 
@@ -48,7 +48,7 @@ def test_a_run_whose_updates_turn_non_finite_stops_with_good_checkpoints(tmp_pat
   checkpoint holds the warm start's params; iteration 2's skip is the second in a row and stops the run."""
   from conftest import tiny_alfworld_config
   from agentopd_jax.training import trainer
-  from agentopd_jax.training.checkpoints import CheckpointPool
+  from agentopd_jax.storage.checkpoints import CheckpointPool
 
   batches = trainer.make_minibatches
 

@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agentopd_jax.batching.collate import TrainBatch
 from agentopd_jax.objectives import (AGG_MODES, LossConfig, Normalizer, agg_loss, broadcast_to_tokens,
                                      get_advantage_estimator, get_objective, grpo_advantages, kl_penalty,
                                      informative_groups, normalizer_for, ppo_dual_clip_loss, register_objective, sft_nll,
                                      step_scores)
 from agentopd_jax.objectives.losses import clamp
-from agentopd_jax.rollout.batch import TrainBatch
 from agentopd_jax.scoring.fused import ScoreConfig, Scores
 
 E = math.e
@@ -97,7 +97,7 @@ def test_informative_groups_property(rows):
 
 
 def test_trainer_keeps_the_samples_of_informative_groups_only():
-  from agentopd_jax.rollout.types import Sample
+  from agentopd_jax.batching.samples import Sample
   from agentopd_jax.training.trainer import informative_samples
 
   def sample(group, reward):

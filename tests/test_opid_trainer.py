@@ -19,8 +19,8 @@ from agentopd_jax.scoring.teacher_signals import score_teacher  # noqa: E402
 from agentopd_jax.skills.injection import augment_observation  # noqa: E402
 from agentopd_jax.teachers import hindsight  # noqa: E402
 from agentopd_jax.training import trainer  # noqa: E402
-from agentopd_jax.training.checkpoints import CheckpointPool  # noqa: E402
-from agentopd_jax.training.logging import read_metrics  # noqa: E402
+from agentopd_jax.storage.checkpoints import CheckpointPool  # noqa: E402
+from agentopd_jax.storage.logs import read_metrics  # noqa: E402
 
 @pytest.fixture(scope="module")
 def games_root(alfworld_games_root):
@@ -178,7 +178,7 @@ def test_bad_opid_fields_are_named():
 
 
 def _step(traj, step, group, observation, reward=0.0, won=False):
-  from agentopd_jax.rollout.types import Sample
+  from agentopd_jax.batching.samples import Sample
   return Sample(prompt_ids=[1], completion_ids=[2], completion_mask=[1], behaviour_logprobs=[0.0], group_id=group,
                 problem_id="p", traj_id=traj, step_index=step, action_valid=1.0, episode_reward=reward, won=won,
                 observation=observation)

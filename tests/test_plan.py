@@ -1,4 +1,4 @@
-"""The memory plan (`parallel.memory`, `experiments/plan.py`) against what JAX really allocates and compiles.
+"""The memory plan (`training.memory_plan`, `experiments/plan.py`) against what JAX really allocates and compiles.
 
 Parameters and optimizer state must match to the byte: the shard shapes of the real shardings on the 8 fake
 devices, then the shards a real `init_state` places. The estimated parts are checked against XLA's own accounting
@@ -18,13 +18,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from agentopd_jax.batching.collate import TrainBatch
 from agentopd_jax.models import config as model_config, transformer
 from agentopd_jax.objectives.registry import LossConfig, get_objective
-from agentopd_jax.parallel import memory
 from agentopd_jax.parallel.sharding import make_mesh
-from agentopd_jax.rollout.batch import TrainBatch
 from agentopd_jax.sampling import sampler
 from agentopd_jax.scoring.fused import ScoreConfig
+from agentopd_jax.training import memory_plan
 from agentopd_jax.training.train_step import (OptimConfig, TrainState, init_state, make_optimizer, make_train_step,
                                               state_shardings)
 
@@ -36,10 +36,10 @@ PLAN_FACTOR = 4 / 3  # measured / planned must lie in [1 / PLAN_FACTOR, PLAN_FAC
 
 
 def _plan(model, mesh_shape, rows=16, seq_len=256, sampler_rows=64, prefill_len=512):
-  work = memory.Workload(rows=rows, seq_len=seq_len, minibatch_rows=rows,
-                         score=get_objective("grpo").score_config(LOSS, ScoreConfig()), sampler_rows=sampler_rows,
-                         cache_capacity=2 * prefill_len, prefill_len=prefill_len)
-  return memory.plan(model, mesh_shape, OPTIMIZER, work, with_reference=True)
+  work = memory_plan.Workload(rows=rows, seq_len=seq_len, minibatch_rows=rows,
+                              score=get_objective("grpo").score_config(LOSS, ScoreConfig()), sampler_rows=sampler_rows,
+                              cache_capacity=2 * prefill_len, prefill_len=prefill_len)
+  return memory_plan.plan(model, mesh_shape, OPTIMIZER, work, with_reference=True)
 
 
 def _placed(abstract, shardings):
@@ -154,16 +154,16 @@ def test_cli_json_and_a_mesh_shape_with_a_wildcard():
   assert out.returncode == 0, out.stderr[-3000:]
   result = json.loads(out.stdout)
   assert result["mesh_shape"] == [8, 1, 1]
-  assert set(result["verdicts"]) == set(memory.ACCELERATORS)
+  assert set(result["verdicts"]) == set(memory_plan.ACCELERATORS)
   assert result["bytes_per_device"]["peak"]["remat"] <= result["bytes_per_device"]["peak"]["no_remat"]
 
 
 def test_bad_mesh_shapes_are_named():
   with pytest.raises(ValueError, match=r"has a -1: give the device count"):
-    memory.resolve_mesh_shape((-1, 1, 1), 0)
+    memory_plan.resolve_mesh_shape((-1, 1, 1), 0)
   with pytest.raises(ValueError, match=r"needs 16 devices, not 8"):
-    memory.resolve_mesh_shape((2, 8, 1), 8)
+    memory_plan.resolve_mesh_shape((2, 8, 1), 8)
   with pytest.raises(ValueError, match=r"mesh_shape must be 3 sizes"):
-    memory.abstract_mesh((2, 0, 1))
+    memory_plan.abstract_mesh((2, 0, 1))
   with pytest.raises(ValueError, match=r"unknown accelerator 'tpu'"):
-    memory.accelerator_bytes("tpu")
+    memory_plan.accelerator_bytes("tpu")

@@ -7,12 +7,13 @@ import pytest
 
 pytest.importorskip("alfworld", reason="generating games needs the alfworld wheel's domain files ([envs] extra)")
 
+from agentopd_jax.batching.collate import collate  # noqa: E402
 from agentopd_jax.envs.alfworld import data, generator  # noqa: E402
 from agentopd_jax.envs.alfworld.env import AlfworldEnv  # noqa: E402
+from agentopd_jax.envs.verl_agent.corpus import default_corpus  # noqa: E402
 from agentopd_jax.eval.probe import _verb_offset, decision, demo_accuracy  # noqa: E402
 from agentopd_jax.models import config as model_config, transformer  # noqa: E402
 from agentopd_jax.models.tokenizer import builtin_tokenizer  # noqa: E402
-from agentopd_jax.rollout.batch import collate  # noqa: E402
 from agentopd_jax.rollout.chat import ChatFormat  # noqa: E402
 from agentopd_jax.rollout.demonstrations import demonstration_samples  # noqa: E402
 from agentopd_jax.envs.alfworld.text import AlfworldText  # noqa: E402
@@ -22,7 +23,7 @@ from agentopd_jax.envs.alfworld.spec import expert_actions  # noqa: E402
 def test_demo_accuracy_matches_a_full_softmax_forward(tmp_path):
   generator.generate(str(tmp_path), sizes={"train": 3}, task_types=("pick_and_place_simple",))
   games = data.game_files("train", str(tmp_path))
-  tokenizer = builtin_tokenizer()
+  tokenizer = builtin_tokenizer(default_corpus())
   chat = ChatFormat(tokenizer)
   demos = demonstration_samples(AlfworldEnv("fast"), functools.partial(AlfworldText, compact=True), chat, games,
                                 functools.partial(expert_actions, expert="planner"))

@@ -9,7 +9,7 @@ from agentopd_jax.models import transformer
 from agentopd_jax.models.config import preset
 from agentopd_jax.parallel import sharding
 from agentopd_jax.teachers.resident import ResidentTeacher
-from agentopd_jax.training.checkpoints import CheckpointPool
+from agentopd_jax.storage.checkpoints import CheckpointPool
 
 NUM_CHECKPOINTS = 20
 CONFIG = preset("tiny")

@@ -16,12 +16,13 @@ import pytest
 
 pytest.importorskip("alfworld", reason="generating games needs the alfworld wheel's domain files ([envs] extra)")
 
+from agentopd_jax.batching.collate import collate  # noqa: E402
 from agentopd_jax.envs.alfworld import data, generator  # noqa: E402
 from agentopd_jax.envs.alfworld.env import AlfworldEnv  # noqa: E402
 from agentopd_jax.envs.vector import VectorEnv, group_tasks  # noqa: E402
+from agentopd_jax.envs.verl_agent.corpus import default_corpus  # noqa: E402
 from agentopd_jax.models import config as model_config, transformer  # noqa: E402
 from agentopd_jax.models.tokenizer import builtin_tokenizer, render_chat  # noqa: E402
-from agentopd_jax.rollout.batch import collate  # noqa: E402
 from agentopd_jax.rollout.chat import ChatFormat  # noqa: E402
 from agentopd_jax.rollout.demonstrations import demonstration_samples  # noqa: E402
 from agentopd_jax.rollout.engine import RolloutConfig, RolloutEngine  # noqa: E402
@@ -38,7 +39,7 @@ def setup(tmp_path_factory):
   root = str(tmp_path_factory.mktemp("alfworld"))
   generator.generate(root, sizes={"train": 6})
   games = data.game_files("train", root)[:3]
-  tokenizer = builtin_tokenizer()
+  tokenizer = builtin_tokenizer(default_corpus())
   config = model_config.preset("tiny")
   params = transformer.init_params(config, jax.random.key(0))
   return games, tokenizer, config, params, Sampler(config, tokenizer)
@@ -218,7 +219,7 @@ def test_unknown_layout_and_env_are_clear_errors():
 
 def test_chat_template_kwargs_reach_every_turn():
   """Qwen3's `enable_thinking=False` (verl-agent's setting) shapes the first prompt and every follow-up turn."""
-  tokenizer = builtin_tokenizer()
+  tokenizer = builtin_tokenizer(default_corpus())
   tokenizer.chat_template = (
       "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
       "{% if add_generation_prompt %}<|im_start|>assistant\n"

@@ -5,10 +5,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from agentopd_jax.batching.collate import ScoreBatch
 from agentopd_jax.models import transformer
 from agentopd_jax.models.config import preset
 from agentopd_jax.sampling.sampler import Sampler, SamplingParams
-from agentopd_jax.scoring.fused import ScoreBatch, ScoreConfig, make_score_fn
+from agentopd_jax.scoring.fused import ScoreConfig, make_score_fn
 
 CONFIG = preset("tiny", vocab_size=300, num_layers=2, hidden_size=64, intermediate_size=128, num_heads=4,
                 num_kv_heads=2, head_dim=16)

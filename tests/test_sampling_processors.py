@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from agentopd_jax.envs.verl_agent.corpus import default_corpus
 from agentopd_jax.models import transformer
 from agentopd_jax.models.config import preset
 from agentopd_jax.models.tokenizer import builtin_tokenizer
@@ -311,7 +312,7 @@ PROMPT_TEXTS = ["go to drawer 1", "You arrive at", "<think>", "x", "Nothing happ
 
 @pytest.fixture(scope="session")
 def tok(tmp_path_factory):
-  return builtin_tokenizer(cache_dir=tmp_path_factory.getbasetemp() / "agentopd_tokenizer_cache")
+  return builtin_tokenizer(default_corpus(), cache_dir=tmp_path_factory.getbasetemp() / "agentopd_tokenizer_cache")
 
 
 @pytest.fixture(scope="module")

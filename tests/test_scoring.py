@@ -5,10 +5,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from agentopd_jax.batching.collate import ScoreBatch
 from agentopd_jax.models import transformer
 from agentopd_jax.models.config import preset
 from agentopd_jax.scoring.chunked import token_stats
-from agentopd_jax.scoring.fused import ScoreBatch, ScoreConfig, make_score_fn, score
+from agentopd_jax.scoring.fused import ScoreConfig, make_score_fn, score
 
 # vocab 333 with chunk 64: the last chunk is partial, which exercises the shifted-and-masked final chunk.
 CONFIG = preset("tiny", vocab_size=333, num_layers=2, hidden_size=64, intermediate_size=128, num_heads=4,

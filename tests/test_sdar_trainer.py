@@ -17,8 +17,8 @@ from agentopd_jax.objectives.registry import LossConfig, get_objective  # noqa: 
 from agentopd_jax.scoring.fused import ScoreConfig  # noqa: E402
 from agentopd_jax.teachers import privileged  # noqa: E402
 from agentopd_jax.training import trainer  # noqa: E402
-from agentopd_jax.training.checkpoints import CheckpointPool  # noqa: E402
-from agentopd_jax.training.logging import read_metrics  # noqa: E402
+from agentopd_jax.storage.checkpoints import CheckpointPool  # noqa: E402
+from agentopd_jax.storage.logs import read_metrics  # noqa: E402
 
 @pytest.fixture(scope="module")
 def games_root(alfworld_games_root):

@@ -141,8 +141,8 @@ def test_oracle_answers_95_percent_through_the_server(url, test_tasks):
   for task in tasks:
     actions, score, infos = play(env, task)
     assert all(a.startswith(("<search>", "<answer>")) for a in actions) and len(actions) <= env.max_turns
-    records.append(EpisodeRecord(gamefile=None, won=infos["won"], reward=score, length=len(actions),
-                                 valid_actions=len(actions), data_source=task.data_source,
+    records.append(EpisodeRecord(problem=str(task), group=task.data_source, won=infos["won"], reward=score,
+                                 length=len(actions), valid_actions=len(actions), data_source=task.data_source,
                                  tool_calls=infos["tool_calls"]))
   metrics = episode_metrics(records, prefix="val/")
   assert metrics["val/success_rate"] >= 0.95, metrics

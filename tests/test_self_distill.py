@@ -8,10 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from agentopd_jax.batching.collate import TrainBatch
 from agentopd_jax.objectives import (OBJECTIVES, LossConfig, broadcast_to_tokens, get_objective, grpo_loss,
                                      normalizer_for, rlsd_advantages, rlsd_lambda, sampled_reverse_kl, sdar_gate,
                                      sdar_loss, skill_sd_per_token, topk_forward_kl, topk_jsd)
-from agentopd_jax.rollout.batch import TrainBatch
 from agentopd_jax.scoring.fused import ScoreConfig, Scores
 
 LN = math.log

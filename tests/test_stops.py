@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agentopd_jax.envs.verl_agent.corpus import default_corpus
 from agentopd_jax.models.tokenizer import builtin_tokenizer
 from agentopd_jax.sampling import stops as stops_lib
 from agentopd_jax.sampling.stops import stop_tables, token_bytes
@@ -32,7 +33,7 @@ SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.function_scope
 @pytest.fixture(scope="session")
 def tok(tmp_path_factory):
   # Shared cache folder under the session's base temp dir: the other test file that builds it reuses the build.
-  return builtin_tokenizer(cache_dir=tmp_path_factory.getbasetemp() / "agentopd_tokenizer_cache")
+  return builtin_tokenizer(default_corpus(), cache_dir=tmp_path_factory.getbasetemp() / "agentopd_tokenizer_cache")
 
 
 @pytest.fixture(scope="session")

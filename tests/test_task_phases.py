@@ -54,7 +54,7 @@ def test_phase_pools_check_groups_and_sizes_before_the_run():
 
 def test_the_env_specs_group_tasks_as_their_validation_metrics_name_them():
   from agentopd_jax.envs.search import bundled_tasks
-  from agentopd_jax.envs.verl_agent.metrics import ALFWORLD_TASK_TYPES
+  from agentopd_jax.envs.alfworld.spec import ALFWORLD_TASK_TYPES
 
   alfworld = registry.get("alfworld").task_group
   assert alfworld("/x/train/pick_and_place_simple-Mug-None-Desk-308/trial_1/game.tw-pddl") == "pick_and_place"
@@ -74,7 +74,7 @@ def test_a_run_draws_each_iteration_from_its_phase(games, tmp_path):
   """The trainer's draw (GRPO and Agentic-OPD share it) on generated games; a phase too small for one draw stops the
   run before it starts."""
   from conftest import tiny_alfworld_config
-  from agentopd_jax.envs.verl_agent.metrics import alfworld_task_type
+  from agentopd_jax.envs.alfworld.spec import alfworld_task_type
   from agentopd_jax.training.trainer import Run
 
   c = tiny_alfworld_config("", tmp_path / "run", games, grpo__tasks_per_iteration=1,

@@ -13,7 +13,7 @@ from agentopd_jax.teachers.pool import (
   read_manifest,
   write_manifest,
 )
-from agentopd_jax.training.checkpoints import CheckpointPool
+from agentopd_jax.storage.checkpoints import CheckpointPool
 
 # step: (val success, outcomes). Solved ("any"): 0 {b}, 5 {a,b}, 10 {a,c} (best), 15 {c,d}, 20 {a,b} (= step 5).
 RUN = {

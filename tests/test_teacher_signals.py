@@ -5,13 +5,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from agentopd_jax.batching.collate import TeacherSignal, collate
+from agentopd_jax.batching.samples import Sample
+from agentopd_jax.envs.verl_agent.corpus import default_corpus
 from agentopd_jax.models import transformer
 from agentopd_jax.models.config import preset
 from agentopd_jax.models.tokenizer import apply_chat_template, builtin_tokenizer
 from agentopd_jax.parallel.sharding import make_mesh
-from agentopd_jax.rollout.batch import TeacherSignal, collate
 from agentopd_jax.rollout.chat import raw_prefixed_ids, templated_text
-from agentopd_jax.rollout.types import Sample
 from agentopd_jax.scoring.teacher_signals import score_teacher
 from agentopd_jax.teachers.privileged import TeacherConfig, signal_metrics
 
@@ -88,7 +89,7 @@ def test_signals_land_on_their_samples_completion_tokens_in_a_packed_batch():
 
 
 def test_privileged_prompt_is_a_raw_prefix_before_the_template_and_loses_it_first():
-  tok = builtin_tokenizer()
+  tok = builtin_tokenizer(default_corpus())
   ids = apply_chat_template(tok, [{"role": "user", "content": "Your task is to: put a book in sofa."}])
   text = templated_text(tok, ids)
   assert text.startswith("<|im_start|>user\n") and text.endswith("<|im_start|>assistant\n")

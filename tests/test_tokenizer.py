@@ -1,15 +1,22 @@
-"""Tests for agentopd_jax.models.tokenizer: the built-in BPE tokenizer, chat template, loading, caching."""
+"""Tests for agentopd_jax.models.tokenizer: the built-in BPE tokenizer on its base corpus (envs/verl_agent/corpus.py),
+chat template, loading, caching."""
 
+import hashlib
+import json
 import os
 from pathlib import Path
 
 import pytest
 
-from agentopd_jax.models import tokenizer as tokmod
-from agentopd_jax.models.tokenizer import (
+from agentopd_jax.envs.verl_agent.corpus import (
   ALFWORLD_COMMAND_WORDS,
   ALFWORLD_OBJECTS,
   ALFWORLD_RECEPTACLES,
+  default_corpus,
+)
+from agentopd_jax.models import tokenizer as tokmod
+from agentopd_jax.models.tokenizer import (
+  BUILTIN_VERSION,
   BUILTIN_VOCAB_SIZE,
   IM_END,
   IM_START,
@@ -18,7 +25,6 @@ from agentopd_jax.models.tokenizer import (
   build_tokenizer,
   builtin_tokenizer,
   builtin_tokenizer_dir,
-  default_corpus,
   load_tokenizer,
   render_chat,
 )
@@ -30,7 +36,7 @@ TINY_CORPUS = ["go to drawer 1", "You arrive at drawer 1. The drawer 1 is closed
 def built(tmp_path_factory):
   """One build on the default corpus, shared by the tests (training takes a couple of seconds)."""
   out = tmp_path_factory.mktemp("tok")
-  return out, build_tokenizer(out)
+  return out, build_tokenizer(out, default_corpus())
 
 
 def test_default_corpus_is_deterministic_and_verbatim():
@@ -49,7 +55,7 @@ def test_default_corpus_is_deterministic_and_verbatim():
 
 def test_build_is_deterministic(built, tmp_path):
   out, tok = built
-  build_tokenizer(tmp_path / "again")
+  build_tokenizer(tmp_path / "again", default_corpus())
   assert (tmp_path / "again" / "tokenizer.json").read_bytes() == (out / "tokenizer.json").read_bytes()
   assert len(tok) == BUILTIN_VOCAB_SIZE  # the default corpus is rich enough to fill the requested vocab
 
@@ -174,8 +180,7 @@ def test_builtin_tokenizer_dir_honours_env(monkeypatch, tmp_path):
 
 
 def test_builtin_tokenizer_builds_once(monkeypatch, tmp_path):
-  monkeypatch.setattr(tokmod, "default_corpus", lambda: list(TINY_CORPUS))
-  tok = builtin_tokenizer(tmp_path, vocab_size=300)
+  tok = builtin_tokenizer(TINY_CORPUS, tmp_path, vocab_size=300)
   final = builtin_tokenizer_dir(tmp_path, 300)
   assert os.listdir(tmp_path) == [final.name]  # no temp folder left behind
   mtime = (final / "tokenizer.json").stat().st_mtime_ns
@@ -184,7 +189,7 @@ def test_builtin_tokenizer_builds_once(monkeypatch, tmp_path):
     raise AssertionError("builtin_tokenizer rebuilt a cached tokenizer")
 
   monkeypatch.setattr(tokmod, "build_tokenizer", no_rebuild)
-  again = builtin_tokenizer(tmp_path, vocab_size=300)
+  again = builtin_tokenizer(TINY_CORPUS, tmp_path, vocab_size=300)
   assert (final / "tokenizer.json").stat().st_mtime_ns == mtime
   assert again.encode("go to drawer 1") == tok.encode("go to drawer 1")
   assert os.path.samefile(again.name_or_path, final)
@@ -197,7 +202,7 @@ def test_builtin_tokenizer_crash_leaves_nothing(monkeypatch, tmp_path):
 
   monkeypatch.setattr(tokmod, "build_tokenizer", crash)
   with pytest.raises(RuntimeError, match="boom"):
-    builtin_tokenizer(tmp_path, vocab_size=300)
+    builtin_tokenizer(TINY_CORPUS, tmp_path, vocab_size=300)
   assert os.listdir(tmp_path) == []  # neither the final folder nor the temp folder survives
 
 
@@ -223,12 +228,27 @@ def test_whole_words_are_single_tokens_only_as_whole_words(with_words):
     assert tok.decode(tok.encode(text)) == text
 
 
-def test_env_corpus_gets_its_own_cache_folder(monkeypatch, tmp_path):
-  monkeypatch.setattr(tokmod, "default_corpus", lambda: list(TINY_CORPUS))
+def test_env_corpus_gets_its_own_cache_folder(tmp_path):
   plain = builtin_tokenizer_dir(tmp_path, 300)
   extra = builtin_tokenizer_dir(tmp_path, 300, env_texts=["Velmora Tashkel"], whole_words=ASINS)
   assert plain.name == "tokenizer-v2-300" and extra.name.startswith("tokenizer-v2-300-") and extra != plain
   assert builtin_tokenizer_dir(tmp_path, 300, env_texts=["Velmora Tashkel"]) not in (plain, extra)
-  tok = builtin_tokenizer(tmp_path, 300, env_texts=["the poet Velmora Tashkel"] * 50, whole_words=ASINS)
+  tok = builtin_tokenizer(TINY_CORPUS, tmp_path, 300, env_texts=["the poet Velmora Tashkel"] * 50, whole_words=ASINS)
   assert os.path.samefile(tok.name_or_path, builtin_tokenizer_dir(tmp_path, 300, ["the poet Velmora Tashkel"] * 50, ASINS))
   assert tok.tokenize(" Velmora") == ["ĠVelmora"] and "b0ybj47kcl" in tok.tokenize("click[b0ybj47kcl]")
+
+
+def test_builtin_tokenizer_needs_its_base_corpus(tmp_path):
+  with pytest.raises(ValueError, match="base corpus"):
+    builtin_tokenizer([], tmp_path, vocab_size=300)
+  assert os.listdir(tmp_path) == []
+
+
+# (BUILTIN_VERSION, sha256 of the base corpus as JSON). The cache folder is named by BUILTIN_VERSION, not by a hash of
+# the corpus, so a corpus change (a template, an episode generator, Search-R1's prefix) needs a new BUILTIN_VERSION
+# and a new digest here; otherwise cached tokenizers trained on the old corpus would be reused.
+CORPUS_DIGEST = ("v2", "3aa7762527b571f021c6d9200218913c602421af36d99a337d7667e961878be2")
+
+
+def test_corpus_changes_come_with_a_new_builtin_version():
+  assert (BUILTIN_VERSION, hashlib.sha256(json.dumps(default_corpus()).encode()).hexdigest()) == CORPUS_DIGEST

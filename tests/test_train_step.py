@@ -6,11 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agentopd_jax.batching.collate import TrainBatch, pack_rows
+from agentopd_jax.batching.samples import Sample
 from agentopd_jax.models import config as model_config, transformer
 from agentopd_jax.objectives.registry import LossConfig
 from agentopd_jax.parallel.sharding import make_mesh
-from agentopd_jax.rollout.batch import TrainBatch, pack_rows
-from agentopd_jax.rollout.types import Sample
 from agentopd_jax.training.train_step import (OptimConfig, init_state, learning_rate_schedule, make_minibatches,
                                               make_optimizer, make_train_step, split_minibatches)
 

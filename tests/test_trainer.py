@@ -23,8 +23,8 @@ pytest.importorskip("alfworld", reason="generating games needs the alfworld whee
 
 from agentopd_jax.envs.alfworld import generator  # noqa: E402
 from agentopd_jax.models import config as model_config, transformer  # noqa: E402
-from agentopd_jax.training.checkpoints import CheckpointPool  # noqa: E402
-from agentopd_jax.training.logging import read_metrics  # noqa: E402
+from agentopd_jax.storage.checkpoints import CheckpointPool  # noqa: E402
+from agentopd_jax.storage.logs import read_metrics  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ITERATIONS = 2
@@ -188,6 +188,7 @@ def test_hf_folder_and_trajectory_layout(tmp_path, games_root):
   import torch
   import transformers as tf
 
+  from agentopd_jax.envs.verl_agent.corpus import default_corpus
   from agentopd_jax.models.tokenizer import BUILTIN_VOCAB_SIZE, builtin_tokenizer
 
   torch.manual_seed(0)
@@ -196,7 +197,7 @@ def test_hf_folder_and_trajectory_layout(tmp_path, games_root):
                                              num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                                              max_position_embeddings=4096, tie_word_embeddings=True))
   model.save_pretrained(folder)
-  builtin_tokenizer().save_pretrained(folder)
+  builtin_tokenizer(default_corpus()).save_pretrained(folder)
   workdir = str(tmp_path / "run_hf")
   cmd = [sys.executable, os.path.join(ROOT, "experiments", "train.py"),
          f"--config={os.path.join(ROOT, 'configs', 'alfworld.py')}"] + _flags(workdir, games_root) + [

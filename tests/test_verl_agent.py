@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentopd_jax.envs.verl_agent import metrics, prompts
+from agentopd_jax.envs.alfworld.spec import ALFWORLD_TASK_TYPES, alfworld_task_type
+from agentopd_jax.envs.verl_agent import prompts
 from agentopd_jax.envs.verl_agent.memory import SearchMemory, SimpleMemory, make_memory
-from agentopd_jax.envs.verl_agent.metrics import EpisodeRecord, alfworld_task_type, episode_metrics
+from agentopd_jax.envs.verl_agent.metrics import EpisodeRecord, episode_metrics
 from agentopd_jax.envs.verl_agent.projection import alfworld_projection, search_projection, webshop_projection
 from agentopd_jax.envs.verl_agent.prompts import (
     alfworld_task,
@@ -238,12 +239,14 @@ def test_templates_keep_their_odd_bytes():
   assert prompts.WEBSHOP_TEMPLATE.count("are: \n[") == prompts.WEBSHOP_TEMPLATE_NO_HIS.count("are: \n[") == 1
 
 
-def test_tokenizer_uses_these_templates():
-  from agentopd_jax.models import tokenizer as tokmod
+def test_tokenizer_corpus_uses_these_templates():
+  from agentopd_jax.envs.search import prompts as search_prompts
+  from agentopd_jax.envs.verl_agent import corpus
 
   for name in ("ALFWORLD_TEMPLATE", "ALFWORLD_TEMPLATE_NO_HIS", "WEBSHOP_TEMPLATE", "WEBSHOP_TEMPLATE_NO_HIS",
                "SEARCH_TEMPLATE", "SEARCH_TEMPLATE_NO_HIS"):
-    assert getattr(tokmod, name) is getattr(prompts, name)
+    assert getattr(corpus, name) is getattr(prompts, name)
+  assert corpus.SEARCH_R1_PREFIX is search_prompts.SEARCH_R1_PREFIX
 
 
 def test_opid_flavor_differs_only_by_trailing_spaces():
@@ -475,14 +478,19 @@ def _game(task_dir):
   return f"/data/json_2.1.1/valid_seen/{task_dir}/trial_T20190909_000000_000000/game.tw-pddl"
 
 
+def _alfworld(task_dir, *args):
+  """An ALFWorld episode, grouped as the trainer groups it (the spec's task type of the game file)."""
+  return EpisodeRecord(_game(task_dir), alfworld_task_type(_game(task_dir)), *args)
+
+
 ALFWORLD_EPISODES = [
-    EpisodeRecord(_game("pick_and_place_simple-Mug-None-Desk-308"), True, 10.0, 5, 5),
-    EpisodeRecord(_game("pick_two_obj_and_place-CD-None-Safe-308"), False, 0.0, 50, 40),
-    EpisodeRecord(_game("look_at_obj_in_light-Bowl-None-DeskLamp-301"), True, 10.0, 10, 9),
-    EpisodeRecord(_game("pick_heat_then_place_in_recep-Potato-None-CounterTop-7"), False, 0.0, 50, 45),
-    EpisodeRecord(_game("pick_cool_then_place_in_recep-Apple-None-Fridge-1"), True, 10.0, 20, 20),
-    EpisodeRecord(_game("pick_clean_then_place_in_recep-Lettuce-None-DiningTable-2"), True, 10.0, 15, 14),
-    EpisodeRecord(_game("pick_and_place_simple-SprayBottle-None-Toilet-411"), False, 0.0, 50, 50),
+    _alfworld("pick_and_place_simple-Mug-None-Desk-308", True, 10.0, 5, 5),
+    _alfworld("pick_two_obj_and_place-CD-None-Safe-308", False, 0.0, 50, 40),
+    _alfworld("look_at_obj_in_light-Bowl-None-DeskLamp-301", True, 10.0, 10, 9),
+    _alfworld("pick_heat_then_place_in_recep-Potato-None-CounterTop-7", False, 0.0, 50, 45),
+    _alfworld("pick_cool_then_place_in_recep-Apple-None-Fridge-1", True, 10.0, 20, 20),
+    _alfworld("pick_clean_then_place_in_recep-Lettuce-None-DiningTable-2", True, 10.0, 15, 14),
+    _alfworld("pick_and_place_simple-SprayBottle-None-Toilet-411", False, 0.0, 50, 50),
 ]
 
 
@@ -511,17 +519,18 @@ def test_task_type_keys_only_for_present_types():
       "pick_and_place_success_rate"}
   assert alfworld_task_type(_game("pick_two_obj_and_place-CD-None-Safe-308")) == "pick_two_obj_and_place"
   assert alfworld_task_type("somewhere/else") is None
-  assert metrics.ALFWORLD_TASK_TYPES[0] == "pick_and_place"
+  assert ALFWORLD_TASK_TYPES[0] == "pick_and_place"
 
 
 def test_webshop_and_search_metrics():
-  web = episode_metrics([EpisodeRecord(None, True, 10.0, 4, 4, task_score=1.0),
-                         EpisodeRecord(None, False, 0.0, 15, 12, task_score=0.5)], prefix="val/")
+  web = episode_metrics([EpisodeRecord("0", None, True, 10.0, 4, 4, task_score=1.0),
+                         EpisodeRecord("1", None, False, 0.0, 15, 12, task_score=0.5)], prefix="val/")
   assert web["val/webshop_task_score (not success_rate)"] == 0.75 and web["val/success_rate"] == 0.5
   assert not any("tool_call" in k for k in web)
-  search = episode_metrics([EpisodeRecord(None, True, 1.0, 2, 2, data_source="nq", tool_calls=1, subem=1.0),
-                            EpisodeRecord(None, False, 0.0, 4, 3, data_source="hotpotqa", tool_calls=3, subem=1.0),
-                            EpisodeRecord(None, True, 1.0, 3, 3, data_source="nq", tool_calls=2, subem=1.0)])
+  search = episode_metrics([EpisodeRecord("q1", "nq", True, 1.0, 2, 2, data_source="nq", tool_calls=1, subem=1.0),
+                            EpisodeRecord("q2", "hotpotqa", False, 0.0, 4, 3, data_source="hotpotqa", tool_calls=3,
+                                          subem=1.0),
+                            EpisodeRecord("q3", "nq", True, 1.0, 3, 3, data_source="nq", tool_calls=2, subem=1.0)])
   assert search["nq_success_rate"] == 1.0 and search["hotpotqa_success_rate"] == 0.0
   assert search["tool_call_count/mean"] == 2.0
   assert search["nq/tool_call_count/mean"] == 1.5 and search["hotpotqa/tool_call_count/mean"] == 3.0
@@ -534,6 +543,6 @@ def test_metrics_reject_bad_input():
   with pytest.raises(ValueError):
     episode_metrics([])
   with pytest.raises(ValueError):
-    EpisodeRecord(None, False, 0.0, 0, 0)
+    EpisodeRecord(None, None, False, 0.0, 0, 0)
   with pytest.raises(ValueError):
-    EpisodeRecord(None, False, 0.0, 3, 4)
+    EpisodeRecord(None, None, False, 0.0, 3, 4)

@@ -53,6 +53,27 @@ def no_skill_query(task) -> Dict[str, str]:
   return {}
 
 
+HEADLINES = ("All", "Avg", "Score")
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportSpec:
+  """How an env's results are tabulated (`eval.report.group_table`, `eval.compare`).
+
+  columns: ((label, group), ...), one column per task group in the papers' order; a cell is the success rate of the
+    group's episodes (the metric `<group>_success_rate`, the group as `EnvSpec.task_group` names it).
+  headline: the column a comparison tests and plots: "All" (success over every episode), "Avg" (the mean of the
+    group columns, as the papers average their datasets) or "Score" (the task score, WebShop's, with success beside
+    it as "Succ").
+  """
+  columns: Tuple[Tuple[str, str], ...] = ()
+  headline: str = "All"
+
+  def __post_init__(self):
+    if self.headline not in HEADLINES:
+      raise ValueError(f"ReportSpec.headline must be one of {HEADLINES}, got {self.headline!r}")
+
+
 @dataclasses.dataclass(frozen=True)
 class EnvSpec:
   """What a run needs of one env.
@@ -72,6 +93,7 @@ class EnvSpec:
     env has no oracle (OPID then needs its LLM analyzer).
   task_group: task -> its group, the name its validation metrics use (`val/<group>_success_rate`: ALFWorld's task
     type, search-QA's data source); what `grpo.task_phases` draws by. None: the env's tasks have no groups.
+  report: the env's report columns and headline (`ReportSpec`).
   """
   name: str
   tasks: Callable[[Any], TaskPools]
@@ -84,6 +106,11 @@ class EnvSpec:
   skills: Optional[SkillSpec] = None
   hindsight: Optional[Callable[[Any], Callable[[Any, Sequence[str]], Any]]] = None
   task_group: Optional[Callable[[Any], Optional[str]]] = None
+  report: ReportSpec = ReportSpec()
+
+  def group_of(self, task) -> Optional[str]:
+    """The task's group (`task_group`); None when the env's tasks have no groups."""
+    return None if self.task_group is None else self.task_group(task)
 
   def expert_policy(self, env_cfg, name: str) -> Callable[[Any], List[str]]:
     """task -> the named expert's actions; an unknown name is an error naming `sft.expert`."""

@@ -4,11 +4,11 @@ Runs are grouped into methods by label: a sweep's points by their name without t
 "kl_coef=0.01"), a run folder by its name without a trailing "_s<seed>"/"-s<seed>", or as the caller labels them.
 Each run contributes its validation metrics at one step (the last by default; `step=N` for another), or with
 `since=M` their change from step M to that step (points; M = 0: what training did to the start); a method's cell
-is mean ± sd over its seeds, in percent. Columns per env, those the runs report:
-  alfworld  Pick Look Clean Heat Cool Pick2 All   (per task type; All = every episode)
-  search    NQ Triv Pop Hotp 2Wk MuS Bam Avg      (per data source; Avg = their mean, as the papers average)
-  webshop   Score Succ                            (task score × 100, success)
-The paired test against a baseline method is over the seeds both have, on the headline column (All / Avg / Score).
+is mean ± sd over its seeds, in percent. The columns are the env's `ReportSpec` (`envs/registry.py`), those the runs
+report: one per task group in the papers' order (ALFWorld's task types Pick ... Pick2, search-QA's data sources
+NQ ... Bam), then the headline: All (every episode), Avg (the mean of the group columns, as the papers average) or
+Score (the task score × 100, with success as Succ). The paired test against a baseline method is over the seeds both
+have, on the headline column.
 """
 from __future__ import annotations
 
@@ -21,18 +21,10 @@ import re
 import statistics
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from agentopd_jax.envs import registry
 from agentopd_jax.envs.verl_agent.metrics import WEBSHOP_SCORE_KEY
-from agentopd_jax.training.logging import read_metrics
+from agentopd_jax.storage.logs import read_metrics
 
-COLUMNS = {
-    "alfworld": (("Pick", "pick_and_place"), ("Look", "look_at_obj_in_light"),
-                 ("Clean", "pick_clean_then_place_in_recep"), ("Heat", "pick_heat_then_place_in_recep"),
-                 ("Cool", "pick_cool_then_place_in_recep"), ("Pick2", "pick_two_obj_and_place")),
-    "search": (("NQ", "nq"), ("Triv", "triviaqa"), ("Pop", "popqa"), ("Hotp", "hotpotqa"),
-               ("2Wk", "2wikimultihopqa"), ("MuS", "musique"), ("Bam", "bamboogle")),
-    "webshop": (),
-}
-HEADLINE = {"alfworld": "All", "search": "Avg", "webshop": "Score"}
 _SEED_SUFFIX = re.compile(r"[-_]s(\d+)$")
 
 
@@ -113,14 +105,15 @@ def cells(run: Run, step: Optional[int] = None) -> Dict[str, float]:
   if at not in run.curve:
     raise ValueError(f"{run.workdir}: no validation at step {at} (it has {sorted(run.curve)})")
   m = run.curve[at]
-  out = {name: 100 * m[f"{key}_success_rate"] for name, key in COLUMNS.get(run.env, ())
-         if f"{key}_success_rate" in m}
-  if run.env == "webshop":
+  report = registry.get(run.env).report
+  out = {name: 100 * m[f"{group}_success_rate"] for name, group in report.columns
+         if f"{group}_success_rate" in m}
+  if report.headline == "Score":
     out["Score"] = 100 * m[WEBSHOP_SCORE_KEY]
     out["Succ"] = 100 * m["success_rate"]
-  elif run.env == "search":
-    per_source = [out[name] for name, _ in COLUMNS["search"] if name in out]
-    out["Avg"] = statistics.mean(per_source) if per_source else 100 * m["success_rate"]
+  elif report.headline == "Avg":
+    per_group = list(out.values())
+    out["Avg"] = statistics.mean(per_group) if per_group else 100 * m["success_rate"]
   else:
     out["All"] = 100 * m["success_rate"]
   return out
@@ -169,9 +162,10 @@ def tables(runs: Sequence[Run], baseline: Optional[str] = None, step: Optional[i
     if baseline is not None and baseline not in by_label:
       raise ValueError(f"--baseline {baseline!r} is not among the {env} methods {sorted(by_label)}")
     present = {c for seeds in by_label.values() for v in seeds.values() for c in v}
-    order = [n for n, _ in COLUMNS.get(env, ())] + ["All", "Avg", "Score", "Succ"]
+    report = registry.get(env).report
+    order = [n for n, _ in report.columns] + ["All", "Avg", "Score", "Succ"]
     columns = [c for c in order if c in present]
-    head = HEADLINE.get(env, "All")
+    head = report.headline
     rows = []
     for label, seeds in by_label.items():
       row = {"label": label, "seeds": sorted(seeds)}
@@ -188,7 +182,7 @@ def tables(runs: Sequence[Run], baseline: Optional[str] = None, step: Optional[i
 
 
 def markdown(table: Table, baseline: Optional[str] = None) -> str:
-  head = HEADLINE.get(table.env, "All")
+  head = registry.get(table.env).report.headline
   cols = ["Method", "Seeds"] + table.columns + ([f"Δ {head} vs {baseline}", "paired t (p)"] if baseline else [])
   title = f"**{table.env}**" + ("" if table.since is None else f" (change since step {table.since}, points)")
   lines = [title, "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -231,7 +225,7 @@ def plot(runs: Sequence[Run], path: str) -> None:
   envs = list(dict.fromkeys(r.env for r in runs))
   fig, axes = plt.subplots(1, len(envs), figsize=(6 * len(envs), 4), squeeze=False)
   for ax, env in zip(axes[0], envs):
-    head = HEADLINE.get(env, "All")
+    head = registry.get(env).report.headline
     labels = list(dict.fromkeys(r.label for r in runs if r.env == env))
     for i, label in enumerate(labels):
       group = [r for r in runs if r.env == env and r.label == label]

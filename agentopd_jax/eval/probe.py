@@ -16,8 +16,8 @@ from typing import Dict, List, Sequence
 
 import numpy as np
 
-from agentopd_jax.rollout.batch import collate
-from agentopd_jax.rollout.types import Sample
+from agentopd_jax.batching.collate import collate
+from agentopd_jax.batching.samples import Sample
 from agentopd_jax.scoring.fused import ScoreConfig, make_score_fn
 
 TAGS = ("<action>", "<search>", "<answer>")  # what opens a reply's action (ALFWorld / WebShop; search-QA)

@@ -1,4 +1,4 @@
-"""Evaluation reports: pass@k, the papers' ALFWorld per-task-type table, and JSON + markdown output.
+"""Evaluation reports: pass@k, the papers' per-group table (an env's `ReportSpec.columns`), and JSON + markdown output.
 
 Pure functions over `EpisodeRecord`s, so a report can be rebuilt from saved episodes without a model or an env.
 Summaries keep fractions in [0, 1]; only the markdown shows percentages, as the papers' tables do (methods.md §6-7).
@@ -13,13 +13,7 @@ from pathlib import Path
 
 from agentopd_jax.envs.verl_agent.metrics import WEBSHOP_SCORE_KEY, EpisodeRecord, episode_metrics
 
-# The papers' column order. Pick2 is tested before Pick on purpose: a path naming both substrings must land in the
-# most specific type (verl-agent's own order tests the generic "pick_and_place" first).
-ALFWORLD_COLUMNS = ("Pick", "Look", "Clean", "Heat", "Cool", "Pick2", "All")
-_TYPE_TO_COLUMN = (
-    ("pick_two_obj_and_place", "Pick2"), ("look_at_obj_in_light", "Look"), ("pick_clean_then_place_in_recep", "Clean"),
-    ("pick_heat_then_place_in_recep", "Heat"), ("pick_cool_then_place_in_recep", "Cool"), ("pick_and_place", "Pick"),
-)  # fmt: skip
+Columns = Sequence[tuple[str, str]]  # ((label, group), ...): `envs.registry.ReportSpec.columns`
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -44,54 +38,50 @@ def pass_at_k_by_problem(outcomes: Mapping[Hashable, tuple[int, int]], k: int) -
 
 
 def outcomes_by_problem(records: Sequence[EpisodeRecord]) -> dict[str, tuple[int, int]]:
-  """{gamefile: (successes, attempts)}: for ALFWorld the game file is the problem."""
+  """{problem: (successes, attempts)} of the records."""
   out: dict[str, tuple[int, int]] = {}
   for e in records:
-    if e.gamefile is None:
-      raise ValueError("outcomes_by_problem needs a gamefile on every record")
-    c, n = out.get(e.gamefile, (0, 0))
-    out[e.gamefile] = (c + int(e.won), n + 1)
+    if e.problem is None:
+      raise ValueError("outcomes_by_problem needs a problem on every record")
+    c, n = out.get(e.problem, (0, 0))
+    out[e.problem] = (c + int(e.won), n + 1)
   return out
 
 
-def alfworld_column(gamefile: str | None) -> str | None:
-  """The papers' column (Pick ... Pick2) for a game file path, or None when it names no ALFWorld task type."""
-  if not gamefile:
-    return None
-  return next((col for name, col in _TYPE_TO_COLUMN if name in gamefile), None)
-
-
-def alfworld_type_table(records: Sequence[EpisodeRecord]) -> dict[str, dict]:
-  """{column: {"success_rate": fraction or None, "episodes": count}} in the papers' column order.
+def group_table(records: Sequence[EpisodeRecord], columns: Columns) -> dict[str, dict]:
+  """{label: {"success_rate": fraction or None, "episodes": count}}: a column per (label, group) of `columns` in
+  their order, over the records of that group, then "All".
 
   "All" is over every record (the papers' Avg is the overall success rate); a column with no episodes has
-  success_rate None, so an absent task type is not mistaken for a 0% one.
+  success_rate None, so an absent group is not mistaken for a 0% one.
   """
-  groups: dict[str, list[bool]] = {col: [] for col in ALFWORLD_COLUMNS}
+  label_of = {group: label for label, group in columns}
+  groups: dict[str, list[bool]] = {label: [] for label, _ in columns}
+  groups["All"] = []
   for e in records:
-    col = alfworld_column(e.gamefile)
-    if col:
-      groups[col].append(e.won)
+    label = label_of.get(e.group)
+    if label:
+      groups[label].append(e.won)
     groups["All"].append(e.won)
   return {col: {"success_rate": sum(v) / len(v) if v else None, "episodes": len(v)} for col, v in groups.items()}
 
 
-def evaluation_summary(records: Sequence[EpisodeRecord], outcomes: Mapping[Hashable, tuple[int, int]] | None = None,
-                       ks: Sequence[int] = (1,)) -> dict:
-  """Everything a report shows, JSON-ready. `outcomes` ({problem: (successes, attempts)}) defaults to grouping the
-  records by game file when all have one; pass@k is None for a k above the fewest attempts of any problem, so each
-  reported pass@k averages over the same problems. `outcomes` is kept per problem; `metrics` holds the full verl-agent
-  metric dict.
+def evaluation_summary(records: Sequence[EpisodeRecord], columns: Columns,
+                       outcomes: Mapping[Hashable, tuple[int, int]] | None = None, ks: Sequence[int] = (1,)) -> dict:
+  """Everything a report shows, JSON-ready. `columns`: the env's per-group columns (`ReportSpec.columns`), tabulated
+  as `per_type` (`group_table`). `outcomes` ({problem: (successes, attempts)}) defaults to grouping the records by
+  problem when all have one; pass@k is None for a k above the fewest attempts of any problem, so each reported pass@k
+  averages over the same problems. `outcomes` is kept per problem; `metrics` holds the full verl-agent metric dict.
   """
   metrics = episode_metrics(records)
-  if outcomes is None and all(e.gamefile for e in records):
+  if outcomes is None and all(e.problem for e in records):
     outcomes = outcomes_by_problem(records)
   min_attempts = min((n for _, n in outcomes.values()), default=0) if outcomes else 0
   return {
       "episodes": len(records),
       "problems": len(outcomes) if outcomes is not None else None,
       "success_rate": metrics["success_rate"],
-      "per_type": alfworld_type_table(records),
+      "per_type": group_table(records, columns),
       "reward_mean": metrics["reward/mean"],
       "valid_action_ratio": metrics["valid_action_ratio"],
       "length_mean": metrics["length/mean"],
@@ -112,16 +102,17 @@ def _num(x: float | None) -> str:
 
 
 def to_markdown(summary: dict, title: str = "Evaluation") -> str:
-  """A report: the per-type table in the papers' column order (when any ALFWorld episode is present), the headline
-  metrics, then every verl-agent metric."""
+  """A report: the per-group table in the env's column order (when any record falls in a group column), the
+  headline metrics, then every verl-agent metric."""
   lines = [f"# {title}", ""]
   per_type = summary["per_type"]
-  if any(per_type[c]["episodes"] for c in ALFWORLD_COLUMNS[:-1]):
+  columns = list(per_type)  # the group columns, then "All"
+  if any(per_type[c]["episodes"] for c in columns[:-1]):
     lines += [
-        "| Task type | " + " | ".join(ALFWORLD_COLUMNS) + " |",
-        "|---" * (len(ALFWORLD_COLUMNS) + 1) + "|",
-        "| Success (%) | " + " | ".join(_pct(per_type[c]["success_rate"]) for c in ALFWORLD_COLUMNS) + " |",
-        "| Episodes | " + " | ".join(str(per_type[c]["episodes"]) for c in ALFWORLD_COLUMNS) + " |",
+        "| Task type | " + " | ".join(columns) + " |",
+        "|---" * (len(columns) + 1) + "|",
+        "| Success (%) | " + " | ".join(_pct(per_type[c]["success_rate"]) for c in columns) + " |",
+        "| Episodes | " + " | ".join(str(per_type[c]["episodes"]) for c in columns) + " |",
         "",
     ]
   rows = [

@@ -6,21 +6,21 @@ the same random numbers (common random numbers make their difference far less no
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import jax
 
+from agentopd_jax.batching.samples import EpisodeResult, Sample
 from agentopd_jax.envs.verl_agent.metrics import EpisodeRecord
 from agentopd_jax.rollout.engine import PromptContext, Rollout, RolloutEngine
-from agentopd_jax.rollout.types import EpisodeResult, Sample
 from agentopd_jax.sampling.sampler import SamplingParams
 
 
-def episode_record(ep: EpisodeResult) -> EpisodeRecord:
-  """The episode for verl-agent's metrics; the problem id is the ALFWorld game file, whose path names the task type
-  (other envs' ids name none); WebShop's score and a question's source, searches and sub-string EM come from the
-  env's infos."""
-  return EpisodeRecord(gamefile=ep.problem_id, won=ep.won, reward=ep.reward, length=max(ep.length, 1),
+def episode_record(ep: EpisodeResult, group: Optional[str]) -> EpisodeRecord:
+  """The episode for verl-agent's metrics; `group`: its task's group (`EnvSpec.group_of`), which names its
+  `<group>_success_rate`; WebShop's score and a question's source, searches and sub-string EM come from the env's
+  infos."""
+  return EpisodeRecord(problem=ep.problem_id, group=group, won=ep.won, reward=ep.reward, length=max(ep.length, 1),
                        valid_actions=min(ep.valid_actions, max(ep.length, 1)), task_score=ep.info.get("task_score"),
                        data_source=ep.info.get("data_source"), tool_calls=ep.info.get("tool_calls"),
                        subem=ep.info.get("subem"))
@@ -52,9 +52,11 @@ def episode_traces(rollout: Rollout) -> List[Dict]:
 
 def validate(engine: RolloutEngine, params, panel: Sequence[str], attempts: int, key: jax.Array,
              sampling: SamplingParams, traces: Optional[List[Dict]] = None, context: Optional[PromptContext] = None,
-             first_problem: int = 0) -> Tuple[List[EpisodeRecord], Dict[str, Tuple[int, int]], Dict[str, float]]:
+             first_problem: int = 0, *, group_of: Callable[[Any], Optional[str]]
+             ) -> Tuple[List[EpisodeRecord], Dict[str, Tuple[int, int]], Dict[str, float]]:
   """Plays each panel problem `attempts` times (the engine's vector env must host len(panel) * attempts envs);
-  `traces`, when given, receives `episode_traces` of the episodes; `context` adds to every prompt (e.g. skills).
+  `traces`, when given, receives `episode_traces` of the episodes; `context` adds to every prompt (e.g. skills);
+  `group_of`: task -> its group (`EnvSpec.group_of`), for the per-group metrics.
   `first_problem`: where `panel` starts in the whole panel when this process plays a share of it (multi-host), so
   each episode draws the random numbers it would draw in one process."""
   tasks = [p for p in panel for _ in range(attempts)]
@@ -64,4 +66,4 @@ def validate(engine: RolloutEngine, params, panel: Sequence[str], attempts: int,
   if traces is not None:
     traces.extend(episode_traces(result))
   played = [ep for ep in result.episodes if not ep.env_failed]
-  return [episode_record(ep) for ep in played], outcomes_of(result.episodes), result.stats
+  return [episode_record(ep, group_of(tasks[ep.traj_id])) for ep in played], outcomes_of(result.episodes), result.stats

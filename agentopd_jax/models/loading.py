@@ -17,12 +17,14 @@ VOCAB_MULTIPLE = 128  # a random-init vocabulary grown to fit the tokenizer is r
 
 
 def load_model_and_tokenizer(model_cfg, tokenizer_path: str, seed: int, mesh, builtin_vocab: int = BUILTIN_VOCAB_SIZE,
-                             env_corpus: Optional[Tuple[Sequence[str], Sequence[str]]] = None):
+                             env_corpus: Optional[Tuple[Sequence[str], Sequence[str]]] = None,
+                             builtin_corpus: Sequence[str] = ()):
   """(ModelConfig, params on `mesh`, tokenizer). `model_cfg` needs `path` and `preset` fields; its `param_dtype`,
   `dtype`, `attention_impl` and `remat` fields, when present, set those of the ModelConfig (`model_overrides`).
 
   The tokenizer is `tokenizer_path`'s, else `model_cfg.path`'s, else the built-in one with `builtin_vocab` BPE tokens,
-  also trained on `env_corpus` = (env texts, whole words) when given. A model folder with any tokenizer file must load
+  trained on `builtin_corpus` (the base corpus, `envs.verl_agent.corpus.default_corpus()`; needed only then) and
+  also on `env_corpus` = (env texts, whole words) when given. A model folder with any tokenizer file must load
   its tokenizer (one with tokenizer.json deleted is an error, not a silent switch to the built-in one); one with none
   falls back with a warning. A preset's random-init vocabulary grows to fit the tokenizer (rounded up to a multiple of
   128); pretrained weights must already fit it.
@@ -36,7 +38,7 @@ def load_model_and_tokenizer(model_cfg, tokenizer_path: str, seed: int, mesh, bu
       logger.warning("model.path %s has no tokenizer files: using the built-in tokenizer (set tokenizer_path to "
                      "the model's own)", model_cfg.path)
     texts, words = env_corpus or ((), ())
-    tokenizer = builtin_tokenizer(vocab_size=builtin_vocab, env_texts=texts, whole_words=words)
+    tokenizer = builtin_tokenizer(builtin_corpus, vocab_size=builtin_vocab, env_texts=texts, whole_words=words)
   if model_cfg.path:
     config, params = hf_io.load_hf(model_cfg.path, mesh=mesh, **overrides)
   else:

@@ -13,7 +13,7 @@ run, scored on the student's own rollouts (`scoring.fused`, teacher mode "params
 
 LAD (Locality-Aware Distillation) is not in the released code; `lad_mask` implements the seed's rule "distil only the
 student's failed trajectories, on problems where the teacher does better" as a 0/1 weight per rollout. It reaches the
-loss as `TrainBatch.distill_mask`, a per-token routing weight (`rollout.batch.collate(distill_weights=...)`); `None`
+loss as `TrainBatch.distill_mask`, a per-token routing weight (`batching.collate.collate(distill_weights=...)`); `None`
 routes every loss token
 (plain Agentic-OPD, what the released code does).
 
@@ -24,28 +24,24 @@ routes every loss token
 
 with d_t the routing weight. Aggregation uses the mini-batch `Normalizer` of the *loss* mask, so the OPD term is
 Σ_j m_j ℓ_OPD(τ_j) / Σ_j |τ_j|_gen as in methods.md §2.1 (not a mean over routed tokens only), and micro-batch losses
-add up exactly to the mini-batch loss. This module imports nothing from the registry (it registers itself there), so
-the config is duck-typed: any object with `LossConfig`'s fields works.
+add up exactly to the mini-batch loss. The objective registers itself in `objectives.registry` when the package is
+imported.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import chex
 import jax
 import jax.numpy as jnp
 
+from agentopd_jax.batching.collate import TrainBatch
 from agentopd_jax.objectives.losses import (Normalizer, add_entropy_bonus, agg_loss, clamp, ppo_dual_clip_loss,
                                             require_score, token_share)
-from agentopd_jax.rollout.batch import TrainBatch
+from agentopd_jax.objectives.registry import OPD_VARIANTS, LossConfig, Objective, register_objective
 from agentopd_jax.scoring.fused import Scores
 
-if TYPE_CHECKING:   # the registry imports this module; a runtime import back would be circular
-  from agentopd_jax.objectives.registry import LossConfig
-
-OPD_VARIANTS = ("topk_reverse_kl", "sampled_token")
 LAD_MODES = ("solved_sets", "group_rates")
-LAD_OTHER = ("none", "grpo")
 
 Metrics = Dict[str, jnp.ndarray]
 
@@ -187,7 +183,7 @@ def problem_success_rates(won: jnp.ndarray, problem_ids_int: jnp.ndarray, num_pr
 # ---------------------------------------------------------------- the objective
 
 
-def agentic_opd_loss(scores: Scores, batch: TrainBatch, cfg: "LossConfig",
+def agentic_opd_loss(scores: Scores, batch: TrainBatch, cfg: LossConfig,
                      norm: Normalizer) -> Tuple[jnp.ndarray, Metrics]:
   """Agentic-OPD actor loss over one micro-batch (methods.md §2.1), d_t = `batch.distill_mask` (1 on every loss
   token when None), s_t = task_loss_coef + [lad_other == "grpo"] · pg_loss_coef · (1 − d_t):
@@ -257,7 +253,7 @@ def agentic_opd_loss(scores: Scores, batch: TrainBatch, cfg: "LossConfig",
   return loss, metrics
 
 
-def agentic_opd_branches(cfg: "LossConfig") -> Dict[str, object]:
+def agentic_opd_branches(cfg: LossConfig) -> Dict[str, object]:
   """Policy + entropy; the checkpoint teacher as a parameter pytree; the policy's top-k ids (k = opd_top_k) only
   for the top-k variant (the sampled-token variant reads the sampled token's teacher log-prob alone); no reference
   (the reference code's KL term is off, and the teacher is a separate branch here, not the reference slot)."""
@@ -265,10 +261,14 @@ def agentic_opd_branches(cfg: "LossConfig") -> Dict[str, object]:
   return dict(policy=True, reference=False, teacher="params", top_k=top_k, entropy=True)
 
 
-def agentic_opd_check(cfg: "LossConfig") -> None:
+def agentic_opd_check(cfg: LossConfig) -> None:
   if cfg.kl_coef != 0.0:
     raise ValueError("objective 'agentic_opd' has no KL-to-reference term (off in the reference code): "
                      "LossConfig.kl_coef must be 0")
   if cfg.opd_variant == "topk_reverse_kl" and cfg.opd_top_k < 2:
     raise ValueError(f"agentic_opd: opd_top_k={cfg.opd_top_k} renormalises to a point mass (the top-k reverse KL is "
                      "identically 0); use opd_top_k >= 2")
+
+
+register_objective("agentic_opd", Objective(name="agentic_opd", loss_fn=agentic_opd_loss,
+                                            branches=agentic_opd_branches, check=agentic_opd_check))

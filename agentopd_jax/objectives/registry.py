@@ -3,8 +3,8 @@
 An `Objective` couples two things the train step must agree on: which scoring branches to run (`score_config`: a
 reference forward only when the KL term is on, a teacher forward only for distillation objectives) and the loss.
 Later methods (OPID, SDAR, Agentic-OPD) register their own objectives, typically reusing `grpo_loss` and adding an
-auxiliary per-token term, so the train step never branches on the method (SDAR and its baselines: `self_distill`,
-which registers itself when the package is imported).
+auxiliary per-token term, so the train step never branches on the method (SDAR and its baselines: `self_distill`;
+Agentic-OPD: `distill`; each registers itself when the package is imported).
 
 Metric convention: every metric is a *contribution* that sums over the micro-batches of a mini-batch to the
 mini-batch value (token statistics are divided by the mini-batch `Normalizer`), so the train step just adds them.
@@ -18,16 +18,17 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 import jax
 import jax.numpy as jnp
 
-from agentopd_jax.objectives.distill import (LAD_OTHER, OPD_VARIANTS, agentic_opd_branches, agentic_opd_check,
-                                             agentic_opd_loss)
+from agentopd_jax.batching.collate import TrainBatch
 from agentopd_jax.objectives.losses import (AGG_MODES, KL_KINDS, Normalizer, add_entropy_bonus, agg_loss,
                                             kl_penalty, ppo_dual_clip_loss, require_score, sft_nll, token_share)
-from agentopd_jax.rollout.batch import TrainBatch
 from agentopd_jax.scoring.fused import ScoreConfig, Scores
 
 Metrics = Dict[str, jnp.ndarray]
 
-# Domains of LossConfig's SDAR fields (objectives.self_distill, which imports this module, implements them).
+# Domains of LossConfig's method fields (objectives.self_distill and objectives.distill, which import this module and
+# register their objectives, implement them).
+OPD_VARIANTS = ("topk_reverse_kl", "sampled_token")
+LAD_OTHER = ("none", "grpo")
 SDAR_GATES = ("gap", "entropy", "soft_or")
 SDAR_DIVERGENCES = ("reverse_kl", "topk_forward_kl", "topk_jsd")
 RLSD_SCHEDULES = ("released_code", "from_lambda0")
@@ -236,5 +237,3 @@ def sft_branches(cfg: LossConfig) -> Dict[str, Any]:
 
 register_objective("grpo", Objective(name="grpo", loss_fn=grpo_loss, branches=grpo_branches))
 register_objective("sft", Objective(name="sft", loss_fn=sft_loss, branches=sft_branches, check=_sft_check))
-register_objective("agentic_opd", Objective(name="agentic_opd", loss_fn=agentic_opd_loss,
-                                            branches=agentic_opd_branches, check=agentic_opd_check))

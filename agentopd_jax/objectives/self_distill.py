@@ -26,11 +26,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from agentopd_jax.batching.collate import TrainBatch
 from agentopd_jax.objectives.distill import topk_log_dists
 from agentopd_jax.objectives.losses import Normalizer, agg_loss, clamp, require_score, token_share
 from agentopd_jax.objectives.registry import (SDAR_GATES, LossConfig, Metrics, Objective, grpo_branches, grpo_loss,
                                               register_objective)
-from agentopd_jax.rollout.batch import TrainBatch
 from agentopd_jax.scoring.fused import Scores
 
 _SDL_EXP_CLAMP = 20.0   # Skill-SD clamps −ℓ at 20 before exp (k3)

@@ -20,8 +20,8 @@ from typing import Callable, Iterable, List, Optional, Sequence
 
 import numpy as np
 
+from agentopd_jax.batching.samples import Sample
 from agentopd_jax.rollout.chat import ChatFormat
-from agentopd_jax.rollout.types import Sample
 
 logger = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ import jax
 import jax.numpy as jnp
 
 from agentopd_jax import faults
+from agentopd_jax.batching.samples import EPISODE_INFO_KEYS, LAYOUTS, EpisodeResult, Sample
 from agentopd_jax.parallel import distributed
 from agentopd_jax.rollout.chat import ChatFormat, raw_prefixed_ids, templated_text
-from agentopd_jax.rollout.types import EPISODE_INFO_KEYS, LAYOUTS, EpisodeResult, Sample
 from agentopd_jax.sampling.sampler import Sampler, SampleOutput, SamplingParams, fold_in
 
 

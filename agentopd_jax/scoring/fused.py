@@ -27,6 +27,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from agentopd_jax.batching.collate import ScoreBatch
 from agentopd_jax.models import transformer
 from agentopd_jax.models.config import ModelConfig
 from agentopd_jax.scoring.chunked import token_stats
@@ -50,15 +51,6 @@ class ScoreConfig:
       raise ValueError(f"ScoreConfig.teacher must be one of {TEACHER_MODES}, got {self.teacher!r}")
     if self.top_k and not self.policy:
       raise ValueError("ScoreConfig.top_k > 0 needs the policy branch (the top-k ids are the policy's)")
-
-
-@chex.dataclass
-class ScoreBatch:
-  tokens: jnp.ndarray                              # [B, T] int32
-  segment_ids: jnp.ndarray                         # [B, T] int32, 0 = padding, >0 = sequence id (packing)
-  loss_mask: jnp.ndarray                           # [B, T] which target tokens to score (see the module rule)
-  positions: Optional[jnp.ndarray] = None          # [B, T]; default: restart at 0 per segment
-  gather_ids: Optional[jnp.ndarray] = None         # [B, T, K] int32: ids whose policy log-probs to return (per target)
 
 
 @chex.dataclass

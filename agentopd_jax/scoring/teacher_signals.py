@@ -16,9 +16,9 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from agentopd_jax.batching.collate import TeacherSignal, collate, pack_rows, round_up
+from agentopd_jax.batching.samples import Sample
 from agentopd_jax.models.config import ModelConfig
-from agentopd_jax.rollout.batch import TeacherSignal, collate, pack_rows, round_up
-from agentopd_jax.rollout.types import Sample
 from agentopd_jax.scoring.fused import ScoreConfig, make_score_fn
 
 PAD_MULTIPLE = 128  # row-width bucket, as the update's (bounds recompilation)

@@ -19,10 +19,8 @@ import signal
 import sys
 import threading
 
-from agentopd_jax.http_guard import MAX_BODY_BYTES
+from agentopd_jax.http_guard import MAX_BODY_BYTES, SERVE_API_KEY_ENV
 from agentopd_jax.serve.protocol import MAX_MESSAGES
-
-API_KEY_ENV = "AGENTOPD_API_KEY"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -42,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--chat_template_kwargs", default="", help='JSON, e.g. \'{"enable_thinking": false}\'')
   p.add_argument("--seed", type=int, default=0, help="key of unseeded sampled requests")
   p.add_argument("--api_key", default="", help=f"require 'Authorization: Bearer <key>' (all but /health); default "
-                 f"${API_KEY_ENV}; none: open")
+                 f"${SERVE_API_KEY_ENV}; none: open")
   p.add_argument("--max_body_bytes", type=int, default=MAX_BODY_BYTES, help="larger request bodies get 413")
   p.add_argument("--max_messages", type=int, default=MAX_MESSAGES, help="more messages per request get 400")
   return p
@@ -60,13 +58,13 @@ def main(argv=None) -> None:
 
   from agentopd_jax.parallel.sharding import make_mesh  # jax and the loaders only after the arguments parse
   from agentopd_jax.serve import Server, load_served_model
-  from agentopd_jax.training.logging import configure_cli_logging
+  from agentopd_jax.storage.logs import configure_cli_logging
 
   configure_cli_logging()
   model = load_served_model(args.model, args.step, make_mesh(mesh_shape), args.param_dtype, template_kwargs,
                             args.seed)
   server = Server(model, args.served_name, args.host, args.port, args.max_batch, args.max_new_tokens,
-                  args.batch_wait_ms / 1000.0, args.seed, args.api_key or os.environ.get(API_KEY_ENV, ""),
+                  args.batch_wait_ms / 1000.0, args.seed, args.api_key or os.environ.get(SERVE_API_KEY_ENV, ""),
                   args.max_body_bytes, args.max_messages)
   port = server.start()
   print(f"serving {server.served_name!r} ({model.label}) at http://{args.host}:{port}/v1", flush=True)

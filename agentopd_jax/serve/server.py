@@ -12,7 +12,6 @@ a POST without Content-Length 411, more than `max_messages` messages 400; all in
 """
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -20,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import List, Optional, Tuple
 from urllib.parse import urlsplit
 
-from agentopd_jax.http_guard import MAX_BODY_BYTES, BodyError, authorized, body_length
+from agentopd_jax.http_guard import MAX_BODY_BYTES, BodyError, authorized, body_length, send_json
 from agentopd_jax.models.tokenizer import apply_chat_template
 from agentopd_jax.sampling.sampler import Sampler
 from agentopd_jax.serve.batcher import Batcher, Closed, Job
@@ -180,30 +179,14 @@ class _Handler(BaseHTTPRequestHandler):
     try:
       length = body_length(self.headers, app.max_body_bytes, required=self.command == "POST")
     except BodyError as e:  # the body stays unread, so the connection cannot carry another request
-      return self._reply(e.status, RequestError(e.status, e.detail, None, e.code).body(), close=True)
+      return send_json(self, e.status, RequestError(e.status, e.detail, None, e.code).body(), close=True)
     # Read the body whatever the route: left unread, it would be taken for the connection's next request.
     body = self.rfile.read(length)
     if urlsplit(self.path).path.rstrip("/") != "/health" and not authorized(self.headers, app.api_key):
       error = RequestError(401, "Incorrect or missing API key: send 'Authorization: Bearer <key>' with the server's "
                            "--api_key", None, "invalid_api_key")
-      return self._reply(401, error.body(), headers={"WWW-Authenticate": "Bearer"})
-    self._reply(*app.handle(self.command, self.path, body))
-
-  def _reply(self, status: int, payload: dict, close: bool = False, headers: Optional[dict] = None) -> None:
-    data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-    try:
-      self.send_response(status)
-      self.send_header("Content-Type", "application/json")
-      self.send_header("Content-Length", str(len(data)))
-      for name, value in (headers or {}).items():
-        self.send_header(name, value)
-      if close:
-        self.send_header("Connection", "close")
-        self.close_connection = True
-      self.end_headers()
-      self.wfile.write(data)
-    except (BrokenPipeError, ConnectionResetError):
-      logger.info("the client of %s %s left before its answer", self.command, self.path)
+      return send_json(self, 401, error.body(), headers={"WWW-Authenticate": "Bearer"})
+    send_json(self, *app.handle(self.command, self.path, body))
 
   do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _dispatch
 

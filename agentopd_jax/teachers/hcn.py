@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from agentopd_jax.teachers.atomic import atomic_write_json
+from agentopd_jax.storage.atomic import atomic_write_json
 
 STRATEGY_V3 = "per_teacher_weighted_qi_minus_pt_reset_selected"
 STRATEGY_GLOBAL = "global_weighted_qi_minus_pt"

@@ -28,12 +28,12 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from agentopd_jax.batching.samples import Sample
+from agentopd_jax.http_guard import SERVE_API_KEY_ENV
 from agentopd_jax.objectives.opid import opid_advantages, shift_metrics
 from agentopd_jax.parallel import distributed
 from agentopd_jax.rollout.chat import ChatFormat
-from agentopd_jax.rollout.types import Sample
 from agentopd_jax.scoring.teacher_signals import score_teacher
-from agentopd_jax.serve.__main__ import API_KEY_ENV
 from agentopd_jax.skills.analysis import (Analysis, Analyzer, EpisodeRecord, OpenAIBackend, StepRecord,
                                           discounted_returns, select_critical_steps_by_stats)
 from agentopd_jax.skills.injection import ROUTES, augment_observation, route, task_description
@@ -131,7 +131,7 @@ class LocalServer:
   `$AGENTOPD_API_KEY` (the analyzer would not know to send it)."""
 
   def __init__(self, model: str, startup_timeout_s: float = 600.0):
-    env = {k: v for k, v in os.environ.items() if k != API_KEY_ENV}
+    env = {k: v for k, v in os.environ.items() if k != SERVE_API_KEY_ENV}
     self.proc = subprocess.Popen([sys.executable, "-m", "agentopd_jax.serve", "--model", model, "--port", "0"],
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     deadline, lines = time.monotonic() + startup_timeout_s, []

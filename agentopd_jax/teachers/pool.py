@@ -2,7 +2,7 @@
 
 Student = the best-validation checkpoint (or a given step) with solved set P_0; teachers = every other checkpoint,
 each with its solved set Q_i on the run's fixed validation panel. Both come from the outcome records that
-`training/checkpoints.CheckpointPool` stores in every checkpoint, under one of `coverage.SOLVED_RULES`:
+`storage/checkpoints.CheckpointPool` stores in every checkpoint, under one of `eval.coverage.SOLVED_RULES`:
 "any" (the default) counts a problem as solved when some validation attempt succeeded (the authors' EM > 0 with
 greedy n=1); "majority" when more than half did (for runs validated with several sampled attempts). A checkpoint
 saved without outcomes gets them from the caller's `evaluate(step)` (the OPD trainer plays it on the panel).
@@ -21,10 +21,10 @@ import json
 import os
 from collections.abc import Callable, Iterable, Mapping
 
+from agentopd_jax.eval.coverage import SOLVED_RULES, solved_set
+from agentopd_jax.storage.atomic import atomic_write_json
+from agentopd_jax.storage.checkpoints import CheckpointPool, checkpoint_sha256
 from agentopd_jax.teachers import hcn
-from agentopd_jax.teachers.atomic import atomic_write_json
-from agentopd_jax.teachers.coverage import SOLVED_RULES, solved_set
-from agentopd_jax.training.checkpoints import CheckpointPool, checkpoint_sha256
 
 MANIFEST_VERSION = 1
 
@@ -99,7 +99,7 @@ def build_teacher_pool(run_dir: str | os.PathLike, student_step: int | str = "be
 
   student_step: "best" (the pool's best-validation step) or a checkpoint step; every other checkpoint is a teacher.
   prune_dominated: drop teachers whose solved set another teacher's contains (`hcn.prune_dominated`).
-  solved_rule: one of `coverage.SOLVED_RULES`. Hashes every checkpoint (reads them once in full).
+  solved_rule: one of `eval.coverage.SOLVED_RULES`. Hashes every checkpoint (reads them once in full).
   evaluate: step -> outcomes, for checkpoints saved without validation outcomes (else they are an error).
   """
   if solved_rule not in SOLVED_RULES:

@@ -17,11 +17,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from agentopd_jax.batching.collate import TeacherSignal
+from agentopd_jax.batching.samples import Sample
 from agentopd_jax.parallel import distributed
-from agentopd_jax.rollout.batch import TeacherSignal
 from agentopd_jax.rollout.chat import raw_prefixed_ids, templated_text
 from agentopd_jax.rollout.engine import PromptContext
-from agentopd_jax.rollout.types import Sample
 from agentopd_jax.scoring.teacher_signals import score_teacher
 from agentopd_jax.skills import SkillQuery, privileged_prefix, retriever_for
 

@@ -16,7 +16,7 @@ import time
 
 import jax
 
-from agentopd_jax.training.checkpoints import CheckpointPool
+from agentopd_jax.storage.checkpoints import CheckpointPool
 
 
 def _targets(abstract_params, sharding):

@@ -37,21 +37,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from agentopd_jax.batching.collate import round_up
 from agentopd_jax.envs.vector import group_tasks
 from agentopd_jax.envs.verl_agent.metrics import episode_metrics
+from agentopd_jax.eval.coverage import solved_set
 from agentopd_jax.eval.validate import episode_record
 from agentopd_jax.parallel import distributed
 from agentopd_jax.objectives.distill import lad_mask, problem_success_rates
-from agentopd_jax.rollout.batch import round_up
 from agentopd_jax.sampling.sampler import SamplingParams
-from agentopd_jax.teachers.coverage import solved_set
+from agentopd_jax.storage.atomic import atomic_write_json
+from agentopd_jax.storage.checkpoints import CheckpointPool
+from agentopd_jax.storage.logs import progress
 from agentopd_jax.teachers.hcn import SCHEDULERS, Teacher, make_scheduler, save_state
-from agentopd_jax.teachers.atomic import atomic_write_json
 from agentopd_jax.teachers.pool import build_teacher_pool
 from agentopd_jax.teachers.resident import ResidentTeacher
 from agentopd_jax import faults
-from agentopd_jax.training.checkpoints import CheckpointPool
-from agentopd_jax.training.logging import progress
 from agentopd_jax.training.train_step import init_state, make_minibatches, minibatch_samples
 from agentopd_jax.training.trainer import Run, gather_episodes, sharded_abstract_params
 
@@ -194,7 +194,8 @@ class OpdRun:
       run.bad_updates.observe(updates[-1], minibatch_samples(samples, mini, k), f"iteration {iteration}")
       faults.point("train/update")
     t3 = time.perf_counter()
-    played, _ = gather_episodes([episode_record(ep) for ep in rollout.episodes if not ep.env_failed], {})
+    played, _ = gather_episodes([episode_record(ep, run.group_of(envs[ep.traj_id])) for ep in rollout.episodes
+                                 if not ep.env_failed], {})
     metrics = {f"episode/{k}": v for k, v in episode_metrics(played).items()}
     metrics.update({f"actor/{k}": float(np.mean([u[k] for u in updates])) for k in updates[0]})
     routed_samples, rows = np.sum(distributed.allgather(

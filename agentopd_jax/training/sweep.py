@@ -230,7 +230,7 @@ def run(points: Sequence[Point], parallel: int = 1, python: str = sys.executable
   """Runs the unfinished points, `parallel` at a time, each as its own train.py process writing to its
   workdir's train.log; returns {point name: "skipped" | "done" | "failed (rc N)"}. A failed point does not stop
   the others; running the sweep again resumes it."""
-  from agentopd_jax.training.logging import progress
+  from agentopd_jax.storage.logs import progress
 
   if not isinstance(parallel, int) or parallel < 1:
     raise ValueError(f"--parallel must be an int >= 1, got {parallel!r}")

@@ -23,13 +23,13 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from agentopd_jax.batching.collate import TeacherSignal, TrainBatch, collate, pack_rows, round_up
+from agentopd_jax.batching.samples import Sample
 from agentopd_jax.models import transformer
 from agentopd_jax.models.config import ModelConfig
 from agentopd_jax.objectives.losses import normalizer_for
 from agentopd_jax.objectives.registry import LossConfig, get_objective
 from agentopd_jax.parallel import distributed
-from agentopd_jax.rollout.batch import TeacherSignal, TrainBatch, collate, pack_rows, round_up
-from agentopd_jax.rollout.types import Sample
 from agentopd_jax.scoring.fused import ScoreConfig, score
 
 logger = logging.getLogger(__name__)

@@ -25,8 +25,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from agentopd_jax.batching.samples import Sample
 from agentopd_jax.envs import registry
 from agentopd_jax.envs.vector import VectorEnv, group_tasks
+from agentopd_jax.envs.verl_agent.corpus import default_corpus
 from agentopd_jax.envs.verl_agent.metrics import EpisodeRecord, episode_metrics
 from agentopd_jax.eval.validate import episode_record, validate
 from agentopd_jax.models import transformer
@@ -41,15 +43,14 @@ from agentopd_jax.rollout.chat import ChatFormat
 from agentopd_jax.rollout.demonstrations import demonstration_samples
 from agentopd_jax.rollout.engine import RolloutConfig, RolloutEngine
 from agentopd_jax.rollout.text_envs import make_text_env
-from agentopd_jax.rollout.types import Sample
 from agentopd_jax.sampling.sampler import Sampler, SamplingParams
 from agentopd_jax.scoring.teacher_signals import recompute_behaviour
+from agentopd_jax.storage.checkpoints import CheckpointPool, run_params
+from agentopd_jax.storage.logs import LiveReport, MetricsLogger, NullLogger, plot_curves, progress
 from agentopd_jax.teachers.hindsight import HindsightTeacher, OpidConfig
 from agentopd_jax.teachers.privileged import SkillContext, Teacher, TeacherConfig, episode_skills, signal_metrics
 from agentopd_jax import faults
 from agentopd_jax.training import data, defaults
-from agentopd_jax.training.checkpoints import CheckpointPool, run_params
-from agentopd_jax.training.logging import LiveReport, MetricsLogger, NullLogger, plot_curves, progress
 from agentopd_jax.training.train_step import (BadUpdates, OptimConfig, init_state, make_minibatches, make_optimizer,
                                               make_train_step, minibatch_samples)
 
@@ -123,9 +124,11 @@ def base_seed(c) -> int:
 
 def model_and_tokenizer(c, seed: int, mesh):
   """(model config, params, tokenizer) of the run config: `load_model_and_tokenizer` with the built-in tokenizer's
-  settings, trained also on the env's own text when `builtin_tokenizer.env_corpus` is set."""
+  settings, trained on the base corpus (`envs.verl_agent.corpus`) and also on the env's own text when
+  `builtin_tokenizer.env_corpus` is set."""
   env_corpus = registry.get(c.env.name).tokenizer_corpus(c.env) if c.builtin_tokenizer.env_corpus else None
-  return load_model_and_tokenizer(c.model, c.tokenizer_path, seed, mesh, c.builtin_tokenizer.vocab_size, env_corpus)
+  return load_model_and_tokenizer(c.model, c.tokenizer_path, seed, mesh, c.builtin_tokenizer.vocab_size, env_corpus,
+                                  builtin_corpus=default_corpus())
 
 
 def checkpoint_policy(c, step: str, mesh):
@@ -157,6 +160,7 @@ class Run:
     self.phases = data.phase_pools(self.train_games, spec.task_group, c.grpo.task_phases, c.env.name,
                                    c.grpo.tasks_per_iteration)
     self.panel = valid_games[:c.validation.num_tasks]
+    self.group_of = spec.group_of  # task -> its group, for the per-group metrics
     # This process's shares of an iteration's tasks and of the panel (all of them on one host).
     self.task_share = distributed.share(c.grpo.tasks_per_iteration, "grpo.tasks_per_iteration")
     self.panel_share = distributed.share(len(self.panel), "validation.num_tasks", even=False)
@@ -313,7 +317,7 @@ class Run:
                                           first_episode=share.start * attempts)[0] if skills else None)
     records, outcomes, stats = validate(self.val_engine, distributed.to_local(params, self.local_mesh), problems,
                                         attempts, validation_key(c), validation_sampling(c), context=context,
-                                        first_problem=share.start)
+                                        first_problem=share.start, group_of=self.group_of)
     return (*gather_episodes(records, outcomes), stats)
 
   def validate(self, params, iteration: int) -> Dict:
@@ -443,7 +447,8 @@ class Run:
       self.bad_updates.observe(updates[-1], minibatch_samples(trained, mini, k), f"iteration {iteration}")
       faults.point("train/update")
     t3 = time.perf_counter()
-    played, _ = gather_episodes([episode_record(ep) for ep in rollout.episodes if not ep.env_failed], {})
+    played, _ = gather_episodes([episode_record(ep, self.group_of(envs[ep.traj_id])) for ep in rollout.episodes
+                                 if not ep.env_failed], {})
     metrics.update({f"episode/{k}": v for k, v in episode_metrics(played).items()})
     if updates:
       metrics.update({f"actor/{k}": v for k, v in _mean_metrics(updates).items()})

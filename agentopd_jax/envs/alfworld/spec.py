@@ -1,5 +1,6 @@
 """ALFWorld's run spec (`envs.registry`): game files as tasks, `AlfworldEnv` workers, `AlfworldText`, three experts,
-SDAR's skill bank (typed by game file), OPID's oracle review (`hindsight.py`).
+SDAR's skill bank (typed by game file), OPID's oracle review (`hindsight.py`), task types as groups and the papers'
+per-type report columns.
 
 Tasks are game files: `env.data_root` (ours or the real download), or with none, games generated deterministically
 from `env.generate_seed` into the cache, so the default run needs no download and its task set is fixed across run
@@ -17,8 +18,25 @@ from typing import List, Optional, Tuple
 
 from agentopd_jax.envs import datafiles
 from agentopd_jax.envs.alfworld.text import AlfworldText
-from agentopd_jax.envs.registry import EnvSpec, SkillSpec, register, shipped_skill_bank
-from agentopd_jax.envs.verl_agent.metrics import alfworld_task_type
+from agentopd_jax.envs.registry import EnvSpec, ReportSpec, SkillSpec, register, shipped_skill_bank
+
+# Checked in this order and the first substring hit wins, as in verl-agent ("pick_and_place" also catches
+# "pick_and_place_simple", the directory prefix of task type 1).
+ALFWORLD_TASK_TYPES = (
+    "pick_and_place", "pick_two_obj_and_place", "look_at_obj_in_light", "pick_heat_then_place_in_recep",
+    "pick_cool_then_place_in_recep", "pick_clean_then_place_in_recep",
+)  # fmt: skip
+# The papers' per-type columns, in their order.
+REPORT = ReportSpec(columns=(
+    ("Pick", "pick_and_place"), ("Look", "look_at_obj_in_light"), ("Clean", "pick_clean_then_place_in_recep"),
+    ("Heat", "pick_heat_then_place_in_recep"), ("Cool", "pick_cool_then_place_in_recep"),
+    ("Pick2", "pick_two_obj_and_place"),
+), headline="All")  # fmt: skip
+
+
+def alfworld_task_type(gamefile: str) -> str | None:
+  """The task type named in a game file path, or None: a game's group (`val/<task type>_success_rate`)."""
+  return next((t for t in ALFWORLD_TASK_TYPES if t in gamefile), None)
 
 
 def cache_dir() -> Path:
@@ -111,4 +129,4 @@ SPEC = register(EnvSpec(
     name="alfworld", tasks=games, worker=worker, text_env=AlfworldText, experts=EXPERTS,
     expert=lambda env_cfg, name: functools.partial(expert_actions, expert=name),
     skills=SkillSpec(bank=shipped_skill_bank("alfworld"), rule="gamefile", query=skill_query), hindsight=hindsight,
-    task_group=alfworld_task_type))
+    task_group=alfworld_task_type, report=REPORT))

@@ -52,12 +52,9 @@ class SearchReplay(Replay):
     return f'Search for "{content}"' if kind == "search" else f'Answer "{content}"'
 
 
-def reviewer(env_cfg):
-  """(SearchTask, executed actions) -> Review, on the run's env (`spec.env_kwargs`)."""
+def reviewer(kwargs: dict):
+  """(SearchTask, executed actions) -> Review, on a `SearchEnv` built from the run's `kwargs` (`spec.env_kwargs`)."""
   from agentopd_jax.envs.search import SearchEnv
-  from agentopd_jax.envs.search.spec import env_kwargs
-
-  kwargs = env_kwargs(env_cfg)
 
   def review(task, actions: Sequence[str]) -> Review:
     env = SearchEnv(**kwargs)

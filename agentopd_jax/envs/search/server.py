@@ -38,7 +38,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 from agentopd_jax.envs.search.client import API_KEY_ENV, health
 from agentopd_jax.envs.search.retriever import BM25Retriever, read_corpus
 from agentopd_jax.envs.search.world import generate_world
-from agentopd_jax.http_guard import MAX_BODY_BYTES, BodyError, authorized, body_length
+from agentopd_jax.http_guard import MAX_BODY_BYTES, BodyError, authorized, body_length, send_json
 
 logger = logging.getLogger(__name__)
 MAX_QUERIES = 4096  # the default of --max_queries
@@ -135,17 +135,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.rfile.read(body_length(self.headers, self.server.max_body_bytes, required=False))
       except BodyError:
         close = True
-    data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    self.send_response(status)
-    self.send_header("Content-Type", "application/json")
-    self.send_header("Content-Length", str(len(data)))
-    for name, value in (headers or {}).items():
-      self.send_header(name, value)
-    if close:
-      self.send_header("Connection", "close")
-      self.close_connection = True
-    self.end_headers()
-    self.wfile.write(data)
+    send_json(self, status, payload, close=close, headers=headers, compact=True)
 
   def log_message(self, fmt, *args):
     logger.debug("%s - %s", self.address_string(), fmt % args)

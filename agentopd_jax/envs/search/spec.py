@@ -1,5 +1,6 @@
 """Search-QA's run spec (`envs.registry`): questions as tasks, `SearchEnv` workers, `SearchText`, the oracle searcher,
-SDAR's skill bank (typed by data source), OPID's oracle review (`hindsight.py`).
+SDAR's skill bank (typed by data source), OPID's oracle review (`hindsight.py`), data sources as groups and the
+papers' per-dataset report columns.
 
 Questions come from the bundled encyclopedia's train/test splits (`env.world_seed`) or Search-R1's files
 (`env.train_file`, `env.test_file`); the built-in tokenizer learns the corpus and the training questions.
@@ -12,10 +13,15 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-from agentopd_jax.envs.registry import EnvSpec, SkillSpec, register, shipped_skill_bank
+from agentopd_jax.envs.registry import EnvSpec, ReportSpec, SkillSpec, register, shipped_skill_bank
 from agentopd_jax.envs.search.text import SearchText
 
 TOKENIZER_MAX_DOCS = 50_000  # a real wiki-18 corpus has 21 M passages; its first ones are plenty for a small BPE
+# The papers' per-dataset columns, in their order; the headline averages them.
+REPORT = ReportSpec(columns=(
+    ("NQ", "nq"), ("Triv", "triviaqa"), ("Pop", "popqa"), ("Hotp", "hotpotqa"), ("2Wk", "2wikimultihopqa"),
+    ("MuS", "musique"), ("Bam", "bamboogle"),
+), headline="Avg")
 
 
 def questions(env_cfg) -> Tuple[list, list]:
@@ -69,7 +75,7 @@ def hindsight(env_cfg):
   """OPID's oracle analyzer: (question, actions) -> the episode replayed beside the oracle (`hindsight.py`)."""
   from agentopd_jax.envs.search.hindsight import reviewer
 
-  return reviewer(env_cfg)
+  return reviewer(env_kwargs(env_cfg))
 
 
 def tokenizer_corpus(env_cfg) -> Tuple[List[str], List[str]]:
@@ -99,4 +105,4 @@ SPEC = register(EnvSpec(
     name="search", tasks=questions, worker=worker, text_env=SearchText, experts=("oracle",),
     expert=lambda env_cfg, name: functools.partial(_oracle, env_kwargs(env_cfg)), tokenizer_corpus=tokenizer_corpus,
     skills=SkillSpec(bank=shipped_skill_bank("search"), rule="search", query=skill_query), hindsight=hindsight,
-    task_group=data_source))
+    task_group=data_source, report=REPORT))

@@ -6,9 +6,10 @@ rewards and metrics, reproduced byte for byte so our prompts, validity flags and
   projection  alfworld_projection / webshop_projection / search_projection: response -> (action, valid)
   rewards     env rewards (10·won, WebShop perfect buy, Search EM) and the invalid-action penalty
   metrics     EpisodeRecord + episode_metrics under verl-agent's key names
+  corpus      the built-in tokenizer's base corpus: synthetic episodes in these prompts (not imported here)
 """
 from agentopd_jax.envs.verl_agent.memory import SearchMemory, SimpleMemory, make_memory
-from agentopd_jax.envs.verl_agent.metrics import EpisodeRecord, alfworld_task_type, episode_metrics
+from agentopd_jax.envs.verl_agent.metrics import EpisodeRecord, episode_metrics
 from agentopd_jax.envs.verl_agent.projection import alfworld_projection, search_projection, webshop_projection
 from agentopd_jax.envs.verl_agent.prompts import (
     alfworld_task,

@@ -8,23 +8,20 @@ import dataclasses
 from collections.abc import Sequence
 from statistics import fmean
 
-# Checked in this order and the first substring hit wins, as in verl-agent ("pick_and_place" also catches
-# "pick_and_place_simple", the directory prefix of task type 1).
-ALFWORLD_TASK_TYPES = (
-    "pick_and_place", "pick_two_obj_and_place", "look_at_obj_in_light", "pick_heat_then_place_in_recep",
-    "pick_cool_then_place_in_recep", "pick_clean_then_place_in_recep",
-)  # fmt: skip
 WEBSHOP_SCORE_KEY = "webshop_task_score (not success_rate)"  # sic: verl-agent's key, spaces and all
 
 
 @dataclasses.dataclass(frozen=True)
 class EpisodeRecord:
-  """One finished episode. `reward` sums env rewards over its active steps; `length` counts those steps and
-  `valid_actions` the ones whose projected action was valid. Optional fields add env-specific metrics:
-  ALFWorld `gamefile`, WebShop `task_score` (raw score in [0, 1]), Search `data_source`, `tool_calls` and `subem`
-  (Search-R1's sub-string EM of the final answer, reported beside EM, which is `won`).
+  """One finished episode. `problem`: its problem id (None: unknown); `group`: its task's group, as the env's
+  `EnvSpec.task_group` names it (ALFWorld's task type, search-QA's data source; None: none), which gives the
+  `<group>_success_rate` key. `reward` sums env rewards over its active steps; `length` counts those steps and
+  `valid_actions` the ones whose projected action was valid. Optional fields add env-specific metrics: WebShop
+  `task_score` (raw score in [0, 1]), Search `data_source`, `tool_calls` and `subem` (Search-R1's sub-string EM of
+  the final answer, reported beside EM, which is `won`).
   """
-  gamefile: str | None
+  problem: str | None
+  group: str | None
   won: bool
   reward: float
   length: int
@@ -39,19 +36,12 @@ class EpisodeRecord:
       raise ValueError(f"need 1 <= length and 0 <= valid_actions <= length, got {self.length}, {self.valid_actions}")
 
 
-def alfworld_task_type(gamefile: str) -> str | None:
-  """The task type named in a game file path, or None."""
-  return next((t for t in ALFWORLD_TASK_TYPES if t in gamefile), None)
-
-
 def _success_rates(episodes: Sequence[EpisodeRecord]) -> dict[str, float]:
   """Success overall and per group; a group's key appears only when it has episodes (as verl-agent's dict)."""
   groups: dict[str, list[float]] = {"success_rate": [float(e.won) for e in episodes]}
   for e in episodes:
-    task_type = alfworld_task_type(e.gamefile) if e.gamefile else None
-    for name in (task_type, e.data_source):
-      if name:
-        groups.setdefault(f"{name}_success_rate", []).append(float(e.won))
+    if e.group:
+      groups.setdefault(f"{e.group}_success_rate", []).append(float(e.won))
   return {k: fmean(v) for k, v in groups.items()}
 
 

@@ -52,16 +52,13 @@ class WebshopReplay(Replay):
     return f"Choose {action}"
 
 
-def reviewer(env_cfg):
-  """(goal index or goal dict, executed actions) -> Review; the shop is the run's (`spec.shop_args`), and the
-  oracle's target is found once per goal."""
-  from agentopd_jax.envs.webshop import fuzzy, reward
+def reviewer(shop_kwargs: dict):
+  """(goal index or goal dict, executed actions) -> Review; the shop is the run's, built from the checked
+  `shop_kwargs` (`spec.shop_kwargs`), and the oracle's target is found once per goal."""
   from agentopd_jax.envs.webshop.env import WebshopEnv
   from agentopd_jax.envs.webshop.expert import plan_target
-  from agentopd_jax.envs.webshop.spec import shop_args
 
-  kwargs = dict(shop_args(env_cfg), thefuzz=fuzzy.check_version(env_cfg.thefuzz),
-                nouns=reward.check_nouns(env_cfg.nouns), max_steps=None)
+  kwargs = dict(shop_kwargs, max_steps=None)
   targets = {}
 
   def review(goal, actions: Sequence[str]) -> Review:

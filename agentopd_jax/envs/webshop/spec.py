@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from typing import List, Optional, Tuple
 
-from agentopd_jax.envs.registry import EnvSpec, SkillSpec, no_skill_query, register, shipped_skill_bank
+from agentopd_jax.envs.registry import EnvSpec, ReportSpec, SkillSpec, no_skill_query, register, shipped_skill_bank
 from agentopd_jax.envs.webshop.text import WebshopText
 
 
@@ -28,14 +28,19 @@ def goals(env_cfg) -> Tuple[List[int], List[int]]:
   return list(split_indices(n, "train")), list(split_indices(n, "test"))
 
 
-def worker(env_cfg, max_steps: Optional[int] = None):
-  """WebshopEnv with the reward's matcher (`env.thefuzz`) and noun tagger (`env.nouns`), checked here so a bad value
-  is one error in the driver, not one per env worker."""
+def shop_kwargs(env_cfg) -> dict:
+  """WebshopEnv's arguments: the shop's, plus the reward's matcher (`env.thefuzz`) and noun tagger (`env.nouns`),
+  checked here so a bad value is one error in the driver, not one per env worker."""
   from agentopd_jax.envs.webshop import fuzzy, reward
+
+  return dict(shop_args(env_cfg), thefuzz=fuzzy.check_version(env_cfg.thefuzz), nouns=reward.check_nouns(env_cfg.nouns))
+
+
+def worker(env_cfg, max_steps: Optional[int] = None):
+  """WebshopEnv on the checked `shop_kwargs`."""
   from agentopd_jax.envs.webshop.env import WebshopEnv
 
-  scoring = dict(thefuzz=fuzzy.check_version(env_cfg.thefuzz), nouns=reward.check_nouns(env_cfg.nouns))
-  return functools.partial(WebshopEnv, **shop_args(env_cfg), **scoring,
+  return functools.partial(WebshopEnv, **shop_kwargs(env_cfg),
                            **({} if max_steps is None else {"max_steps": max_steps}))
 
 
@@ -56,7 +61,7 @@ def hindsight(env_cfg):
   """OPID's oracle analyzer: (goal, actions) -> the episode replayed beside the oracle shopper (`hindsight.py`)."""
   from agentopd_jax.envs.webshop.hindsight import reviewer
 
-  return reviewer(env_cfg)
+  return reviewer(shop_kwargs(env_cfg))
 
 
 def tokenizer_corpus(env_cfg) -> Tuple[List[str], List[str]]:
@@ -78,4 +83,5 @@ SPEC = register(EnvSpec(
     text_options=lambda env_cfg: {"reward": env_cfg.reward}, tokenizer_corpus=tokenizer_corpus,
     # SDAR types a WebShop task by keywords of its prompt alone (goal indices carry nothing it reads).
     skills=SkillSpec(bank=shipped_skill_bank("webshop"), rule="keywords", query=no_skill_query),
-    hindsight=hindsight))
+    hindsight=hindsight,
+    report=ReportSpec(headline="Score")))  # no task groups; the papers report the task score, then success

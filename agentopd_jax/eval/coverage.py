@@ -7,20 +7,23 @@ then solved). These are pure functions over per-checkpoint outcome records {prob
 they are tested on hand-made records; `experiments/coverage.py` feeds them a run's checkpoint pool, and the teacher
 pool (`teachers/pool.py`) uses the same solved rule.
 
-ALFWorld problem ids are game-file paths naming the task type (`envs/verl_agent/metrics.alfworld_task_type`);
-ids of other environments name none and are grouped as "other".
+The per-group counts take `group_of`: problem id -> its group (ALFWorld's task type, search-QA's data source);
+`run_group_of` builds it for a run folder from its env's tasks. A problem of no group is grouped as "other".
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+import os
+from collections.abc import Callable, Mapping
 
-from agentopd_jax.envs.verl_agent.metrics import alfworld_task_type
+from agentopd_jax.envs import registry
 
 # "any": solved if some attempt succeeded (the authors' EM > 0 at greedy n=1); "majority": more than half did.
 SOLVED_RULES = ("any", "majority")
-OTHER_TYPE = "other"
+OTHER_GROUP = "other"
 
 Outcomes = Mapping[str, tuple[int, int]]
+GroupOf = Callable[[str], "str | None"]
 
 
 def is_solved(successes: int, attempts: int, rule: str = "any") -> bool:
@@ -36,8 +39,25 @@ def solved_set(outcomes: Outcomes, rule: str = "any") -> frozenset[str]:
   return frozenset(p for p, (s, a) in outcomes.items() if is_solved(s, a, rule))
 
 
-def task_type(problem: str) -> str:
-  return alfworld_task_type(problem) or OTHER_TYPE
+def run_group_of(run_dir: str | os.PathLike) -> GroupOf:
+  """problem id -> group for the run in `run_dir`: its env's `EnvSpec.group_of` over the validation tasks its
+  `config.json` names (the panel is a prefix of them), under the ids the rollout gives problems (`str(task)`)."""
+  path = os.path.join(run_dir, "config.json")
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f"{run_dir}: no config.json (the trainer writes it), so no env to group problems by")
+  import ml_collections
+
+  with open(path) as f:
+    env_cfg = ml_collections.ConfigDict(json.load(f)["env"])
+  spec = registry.get(env_cfg.name)
+  if spec.task_group is None:
+    return lambda problem: None
+  groups = {str(task): spec.group_of(task) for task in spec.tasks(env_cfg)[1]}
+  return groups.get
+
+
+def _group(group_of: GroupOf, problem: str) -> str:
+  return group_of(problem) or OTHER_GROUP
 
 
 def historical_gap(solved: Mapping[int, frozenset[str]]) -> list[dict]:
@@ -65,13 +85,14 @@ def _group_counts(problems: frozenset[str], solved: Mapping[int, frozenset[str]]
           "union_over_best": _ratio(len(union), len(solved[best_step] & problems))}
 
 
-def coverage_report(outcomes: Mapping[int, Outcomes], best_step: int, rule: str = "any") -> dict:
+def coverage_report(outcomes: Mapping[int, Outcomes], best_step: int, group_of: GroupOf, rule: str = "any") -> dict:
   """The coverage analysis of one run, JSON-ready.
 
   outcomes: {step: {problem id: (successes, attempts)}}; the panel U is every problem any step was evaluated on.
-  best_step: the student's (best-validation) step. Returns the overall counts (`_group_counts`) plus `only_union`
-  (how many problems some checkpoint solves but the best one does not) and `only_union_problems` ({such problem:
-  the steps that solve it}), `per_type` counts, one row per checkpoint
+  best_step: the student's (best-validation) step. group_of: problem id -> its group (None: "other"). Returns the
+  overall counts (`_group_counts`) plus `only_union` (how many problems some checkpoint solves but the best one does
+  not) and `only_union_problems` ({such problem: the steps that solve it}), `per_type` counts per group, one row per
+  checkpoint
   (solved, fraction of U, |union - Q_i|, |Q_i - Q_best|) and the `historical_gap` curve.
   """
   if not outcomes:
@@ -84,8 +105,8 @@ def coverage_report(outcomes: Mapping[int, Outcomes], best_step: int, rule: str 
   report = {"solved_rule": rule, "steps": sorted(solved), "best_step": best_step,
             **_group_counts(panel, solved, best_step), "only_union": len(union - best),
             "only_union_problems": {p: [s for s in sorted(solved) if p in solved[s]] for p in sorted(union - best)}}
-  report["per_type"] = {t: _group_counts(frozenset(p for p in panel if task_type(p) == t), solved, best_step)
-                        for t in sorted({task_type(p) for p in panel})}
+  report["per_type"] = {t: _group_counts(frozenset(p for p in panel if _group(group_of, p) == t), solved, best_step)
+                        for t in sorted({_group(group_of, p) for p in panel})}
   report["checkpoints"] = [{"step": s, "solved": len(q), "solved_frac": _ratio(len(q), len(panel)),
                             "union_minus_this": len(union - q), "not_in_best": len(q - best)}
                            for s, q in sorted(solved.items())]
@@ -93,15 +114,15 @@ def coverage_report(outcomes: Mapping[int, Outcomes], best_step: int, rule: str 
   return report
 
 
-def forgetting_report(then: Outcomes, now: Outcomes, alpha: float = 0.05) -> dict:
+def forgetting_report(then: Outcomes, now: Outcomes, group_of: GroupOf, alpha: float = 0.05) -> dict:
   """Which problems a later checkpoint lost, telling skill from luck with many attempts per problem.
 
   then, now: {problem: (successes, attempts)} of an earlier and a later checkpoint on the same problems (e.g. two
   `experiments/evaluate.py --attempts=16` runs). A problem is `forgotten` when the one-sided Fisher exact test says
-  `then` won it more often than `now` (p < alpha), `learned` for the reverse. Per task type: the pooled success
-  rates and the Wilcoxon signed-rank p over problems of (then rate − now rate), a test that respects that attempts
-  cluster by problem (None when no problem's rate changed). With alpha 0.05, about 5 % of the problems some
-  checkpoint sometimes wins are flagged by chance alone."""
+  `then` won it more often than `now` (p < alpha), `learned` for the reverse. Per group (`group_of`, as in
+  `coverage_report`): the pooled success rates and the Wilcoxon signed-rank p over problems of (then rate − now
+  rate), a test that respects that attempts cluster by problem (None when no problem's rate changed). With alpha
+  0.05, about 5 % of the problems some checkpoint sometimes wins are flagged by chance alone."""
   from scipy import stats
 
   common = sorted(set(then) & set(now))
@@ -115,8 +136,8 @@ def forgetting_report(then: Outcomes, now: Outcomes, alpha: float = 0.05) -> dic
                "p_forgotten": float(stats.fisher_exact(table, alternative="greater")[1]),
                "p_learned": float(stats.fisher_exact(table, alternative="less")[1])}
   per_type = {}
-  for t in sorted({task_type(p) for p in common}):
-    ps = [p for p in common if task_type(p) == t]
+  for t in sorted({_group(group_of, p) for p in common}):
+    ps = [p for p in common if _group(group_of, p) == t]
     diffs = [then[p][0] / then[p][1] - now[p][0] / now[p][1] for p in ps]
     per_type[t] = {
         "problems": len(ps),
@@ -131,7 +152,7 @@ def forgetting_report(then: Outcomes, now: Outcomes, alpha: float = 0.05) -> dic
 
 
 def forgetting_markdown(report: dict, title: str = "Forgetting") -> str:
-  """`forgetting_report` as one table per task type, then the forgotten problems with their counts."""
+  """`forgetting_report` as one table of its groups, then the forgotten problems with their counts."""
   def p_value(x):
     return "n/a" if x is None else f"{x:.3g}"
 
@@ -156,7 +177,7 @@ def _times(x: float | None) -> str:
 
 
 def to_markdown(report: dict, title: str = "Checkpoint coverage") -> str:
-  """The report as three tables: overall and per task type, then one row per checkpoint with the historical gap."""
+  """The report as three tables: overall and per group, then one row per checkpoint with the historical gap."""
   b = report["best_step"]
   lines = [f"# {title}", "", f"Solved rule: `{report['solved_rule']}`; best (student) step: {b}.", "",
            f"| Problems | Union solved | Best (step {b}) | Max single (step) | Union / best | Union only |",

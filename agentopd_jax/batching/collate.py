@@ -1,4 +1,4 @@
-"""Training batches: the padded, target-indexed arrays every objective and the train step consume.
+"""Padded batches: the target-indexed arrays every objective, the train step and the scoring step consume.
 
 Token convention (the same as `scoring.fused`): arrays are indexed by *target* position, so `loss_mask[b, t]`,
 `old_logprobs[b, t]` and `advantages[b, t]` all describe token `tokens[b, t]` as predicted from `tokens[b, :t]`.
@@ -14,8 +14,17 @@ import chex
 import jax.numpy as jnp
 import numpy as np
 
-from agentopd_jax.rollout.types import Sample
-from agentopd_jax.scoring.fused import ScoreBatch
+from agentopd_jax.batching.samples import Sample
+
+
+@chex.dataclass
+class ScoreBatch:
+  """The input of the fused scoring step (`scoring.fused`, whose module docstring says which targets it scores)."""
+  tokens: jnp.ndarray                              # [B, T] int32
+  segment_ids: jnp.ndarray                         # [B, T] int32, 0 = padding, >0 = sequence id (packing)
+  loss_mask: jnp.ndarray                           # [B, T] which target tokens to score (see `scoring.fused`)
+  positions: Optional[jnp.ndarray] = None          # [B, T]; default: restart at 0 per segment
+  gather_ids: Optional[jnp.ndarray] = None         # [B, T, K] int32: ids whose policy log-probs to return (per target)
 
 
 @chex.dataclass

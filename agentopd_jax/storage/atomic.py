@@ -1,5 +1,5 @@
-"""Crash-safe JSON files for the teacher side (scheduler state, teacher manifest): a reader sees the old file or the
-new one, never half of one."""
+"""Crash-safe JSON files (the checkpoint pool's checksums, the teacher scheduler state and manifest): a reader sees
+the old file or the new one, never half of one."""
 from __future__ import annotations
 
 import json

@@ -42,7 +42,7 @@ import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 from orbax.checkpoint import checkpoint_managers as cm
 
-from agentopd_jax.teachers.atomic import atomic_write_json
+from agentopd_jax.storage.atomic import atomic_write_json
 from agentopd_jax import faults
 
 logger = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ def _is_key(x) -> bool:
   return jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key)
 
 
-def _path_str(path) -> str:
+def path_str(path) -> str:
   """'opt_state/0/mu/w': the same string whether a node is a namedtuple, a dict or orbax's metadata tree."""
   parts = []
   for k in path:
@@ -116,7 +116,7 @@ def _strip_keys(state) -> tuple[Any, dict[str, str]]:
   def raw(path, x):
     if not _is_key(x):
       return x
-    impls[_path_str(path)] = str(jax.random.key_impl(x))
+    impls[path_str(path)] = str(jax.random.key_impl(x))
     return jax.random.key_data(x)
 
   return jax.tree_util.tree_map_with_path(raw, state), impls
@@ -331,8 +331,8 @@ class CheckpointPool:
     if not isinstance(saved, dict) or key not in saved:
       top = sorted(saved) if isinstance(saved, dict) else type(saved).__name__
       raise KeyError(f"step {step} in {self.directory} has no state entry {key!r}; it has {top}")
-    have = {_path_str(p) for p, _ in jax.tree_util.tree_flatten_with_path(saved)[0]}
-    missing = sorted({_path_str(p) for p, _ in jax.tree_util.tree_flatten_with_path(target)[0]} - have)
+    have = {path_str(p) for p, _ in jax.tree_util.tree_flatten_with_path(saved)[0]}
+    missing = sorted({path_str(p) for p, _ in jax.tree_util.tree_flatten_with_path(target)[0]} - have)
     if missing:
       # Orbax's partial restore would silently hand these back unrestored.
       raise KeyError(f"step {step} in {self.directory} lacks {missing[:5]}{' ...' if len(missing) > 5 else ''}")
@@ -384,9 +384,9 @@ class CheckpointPool:
     except (ValueError, OSError) as e:
       raise DamagedCheckpointError(f"checkpoint step {step} in {self.directory}: its array metadata does not "
                                    f"read: {_first_line(e)}") from e
-    shapes = {_path_str(p): tuple(x.shape) for p, x in jax.tree_util.tree_flatten_with_path(
+    shapes = {path_str(p): tuple(x.shape) for p, x in jax.tree_util.tree_flatten_with_path(
         getattr(saved, "tree", saved))[0]}
-    wanted = {_path_str(p): tuple(x.shape) for p, x in jax.tree_util.tree_flatten_with_path(item)[0]}
+    wanted = {path_str(p): tuple(x.shape) for p, x in jax.tree_util.tree_flatten_with_path(item)[0]}
     wrong = sorted(set(shapes) ^ set(wanted)) or sorted(k for k in wanted if wanted[k] != shapes[k])
     if wrong:
       k = wrong[0]
@@ -457,7 +457,7 @@ class CheckpointPool:
     def fix(path, t, r):
       if not _is_key(t):
         return r
-      name = _path_str(path)
+      name = path_str(path)
       if name not in impls:
         raise ValueError(f"step {step} in {self.directory}: target leaf {name!r} is a typed PRNG key but a plain "
                          "array was saved there; restore it with a uint32 target")

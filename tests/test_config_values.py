@@ -1,0 +1,164 @@
+"""The values every preset resolves to, recorded before the config defaults moved into dataclasses
+(docs/architecture.md; design §4): `get_config(variant)` of each `configs/<env>.py` variant (cpu, agentic_opd, opid,
+the SDAR-family methods, the paper models, <method>_<model>, opid_<model>, ALFWorld's forgetting) and of
+configs/sample.py must give exactly the values and types of tests/fixtures/config_values.json.
+
+A change to a default must update the fixture deliberately. Regenerate it from the current tree (the same entries):
+
+  PYTHONPATH=. python tests/test_config_values.py
+
+(`--enumerate` rebuilds the entry list from training/defaults.py's variant names, for the pre-redesign tree; `--out`
+writes elsewhere.) The fixture holds, per "configs/x.py:variant" ("configs/sample.py": its `get_config()`), `values`:
+every leaf field by dotted path (tuples as lists, floats as floats, so JSON keeps int/float/str/bool/None apart; an
+empty sub-ConfigDict as {}), and `types`: the ConfigDict's own type (`get_type`, a FieldReference's field_type) of
+the fields whose JSON value does not say it: lists (tuple or list), None and {}.
+"""
+import importlib.util
+import json
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURE = os.path.join(ROOT, "tests", "fixtures", "config_values.json")
+EXTRA_VARIANTS = {"configs/alfworld.py": ("forgetting",)}  # each env config's own `extra` of select_variant
+ENV_CONFIGS = ("configs/alfworld.py", "configs/webshop.py", "configs/searchqa.py")
+NO_VARIANT = ("configs/sample.py",)                         # get_config() takes no argument
+
+
+def _normalize(value):
+  """A JSON value with the same scalar types: tuples and lists -> lists, dicts keep their (sorted) keys."""
+  if isinstance(value, (tuple, list)):
+    return [_normalize(v) for v in value]
+  if isinstance(value, dict):
+    return {str(k): _normalize(v) for k, v in sorted(value.items())}
+  if value is None or type(value) in (bool, int, float, str):
+    return value
+  raise TypeError(f"no JSON form for {type(value).__name__} {value!r}")
+
+
+def flatten(c, prefix=""):
+  """({dotted path: JSON value}, {dotted path: type name}) of ConfigDict `c`; types only where JSON would lose them."""
+  import ml_collections
+
+  values, types = {}, {}
+  for key in sorted(c.keys()):
+    path = prefix + key
+    value = c[key]  # a FieldReference resolves to its value
+    if isinstance(value, (ml_collections.ConfigDict, ml_collections.FrozenConfigDict)) and len(value):
+      sub_values, sub_types = flatten(value, path + ".")
+      values.update(sub_values)
+      types.update(sub_types)
+      continue
+    values[path] = _normalize(dict(value) if isinstance(value, (ml_collections.ConfigDict,
+                                                                ml_collections.FrozenConfigDict)) else value)
+    if value is None or isinstance(value, (tuple, list, dict, ml_collections.ConfigDict,
+                                           ml_collections.FrozenConfigDict)):
+      types[path] = c.get_type(key).__name__
+  return values, types
+
+
+def load_config(entry, root=ROOT):
+  """The ConfigDict of fixture entry "configs/x.py:variant" (or "configs/sample.py") in the tree at `root`."""
+  path, _, variant = entry.partition(":")
+  name = "_config_values_" + os.path.basename(path)[:-3]
+  spec = importlib.util.spec_from_file_location(name, os.path.join(root, path))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config(variant) if ":" in entry else module.get_config()
+
+
+def record(entry, root=ROOT):
+  values, types = flatten(load_config(entry, root))
+  return {"types": types, "values": values}
+
+
+def enumerate_entries():
+  """Every variant `select_variant` accepts, from the pre-redesign training/defaults.py."""
+  from agentopd_jax.training import defaults
+
+  models = sorted(defaults.PAPER_MODELS)
+  variants = (["cpu", "agentic_opd", "opid"] + list(defaults.SKILL_METHODS) + models
+              + [f"{m}_{p}" for m in defaults.SKILL_METHODS for p in models] + [f"opid_{p}" for p in models])
+  entries = [f"{path}:{v}" for path in ENV_CONFIGS for v in variants + list(EXTRA_VARIANTS.get(path, ()))]
+  return entries + list(NO_VARIANT)
+
+
+def _fixture():
+  with open(FIXTURE) as f:
+    return json.load(f)
+
+
+def _strict_equal(a, b):
+  if type(a) is not type(b):
+    return False
+  if isinstance(a, list):
+    return len(a) == len(b) and all(_strict_equal(x, y) for x, y in zip(a, b))
+  if isinstance(a, dict):
+    return a.keys() == b.keys() and all(_strict_equal(a[k], b[k]) for k in a)
+  return a == b
+
+
+def _show(value, type_name):
+  if type_name == "tuple" and isinstance(value, list):
+    return repr(tuple(value))
+  return repr(value) + ("" if type_name is None else f" ({type_name})")
+
+
+def diff(recorded, now):
+  """Lines `section.field: recorded X, now Y` for every field whose value, JSON type or recorded type differs."""
+  lines = []
+  rv, rt, nv, nt = recorded["values"], recorded["types"], now["values"], now["types"]
+  for path in sorted(set(rv) | set(nv)):
+    if path not in nv:
+      lines.append(f"{path}: recorded {_show(rv[path], rt.get(path))}, now missing")
+    elif path not in rv:
+      lines.append(f"{path}: not recorded, now {_show(nv[path], nt.get(path))}")
+    elif not _strict_equal(rv[path], nv[path]) or rt.get(path) != nt.get(path):
+      lines.append(f"{path}: recorded {_show(rv[path], rt.get(path))}, now {_show(nv[path], nt.get(path))}")
+  return lines
+
+
+ENTRIES = sorted(_fixture()) if os.path.exists(FIXTURE) else []
+
+
+def test_fixture_covers_every_config_file():
+  files = {e.partition(":")[0] for e in ENTRIES}
+  assert files == set(ENV_CONFIGS) | set(NO_VARIANT)
+  assert len([e for e in ENTRIES if e.startswith("configs/alfworld.py:")]) == 34
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_config_resolves_to_recorded_values(entry):
+  lines = diff(_fixture()[entry], record(entry))
+  assert not lines, f"{entry} differs from tests/fixtures/config_values.json:\n  " + "\n  ".join(lines)
+
+
+def main(argv):
+  import argparse
+
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--out", default=FIXTURE)
+  parser.add_argument("--enumerate", action="store_true",
+                      help="entries from training/defaults.py's variant names, not the existing fixture's")
+  args = parser.parse_args(argv)
+  # The tree whose configs are recorded is the one `agentopd_jax` is imported from (PYTHONPATH).
+  import agentopd_jax
+
+  root = os.path.dirname(os.path.dirname(os.path.abspath(agentopd_jax.__file__)))
+  if args.enumerate or not os.path.exists(args.out):
+    entries = enumerate_entries()
+  else:
+    with open(args.out) as f:
+      entries = sorted(json.load(f))
+  out = {entry: record(entry, root) for entry in entries}
+  os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+  with open(args.out, "w") as f:
+    json.dump(out, f, indent=1, sort_keys=True, allow_nan=False)
+    f.write("\n")
+  print(f"{len(out)} configs of {root} -> {args.out} ({os.path.getsize(args.out)} bytes)")
+
+
+if __name__ == "__main__":
+  main(sys.argv[1:])

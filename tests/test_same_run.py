@@ -1,0 +1,128 @@
+"""experiments/same_run.py on tiny fake runs (metrics.jsonl, checkpoints saved by the project's own pool): equal runs
+are equal, timings are ignored, and a metric, one param bit or one validation outcome that differs is reported."""
+import copy
+import importlib.util
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_spec = importlib.util.spec_from_file_location("same_run", os.path.join(ROOT, "experiments", "same_run.py"))
+same_run = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(same_run)
+
+PARAMS = {"layer": {"w": np.arange(6, dtype=np.float32).reshape(2, 3) / 7, "b": np.ones(3, np.float32)},
+          "embedding": np.linspace(-1, 1, 8, dtype=np.float32).reshape(4, 2)}
+OUTCOMES = {"p0": (1, 2), "p1": (0, 2)}
+RECORDS = [{"step": 1, "phase": "sft", "time": 10.0, "sft/loss": 2.5},
+           {"step": 1, "phase": "train", "time": 11.0, "train/loss": 0.5, "rollout/time_s": 3.0},
+           {"step": 2, "phase": "train", "time": 12.0, "train/loss": 0.25, "rollout/time_s": 3.5},
+           {"step": 2, "phase": "val", "time": 13.0, "val/success_rate": 0.25, "val/time_s": 1.0}]
+
+
+def _flip_one_bit(params):
+  out = copy.deepcopy(params)
+  out["layer"]["w"].view(np.uint32)[1, 2] ^= 1
+  return out
+
+
+def _write_run(run, records=RECORDS, params=PARAMS, outcomes=OUTCOMES, like=None):
+  """A run folder: `records` as its metrics.jsonl, checkpoints 0 and 2 (step 2 with `params` and `outcomes`), or
+  a copy of run `like`'s checkpoints (saving takes a while)."""
+  os.makedirs(os.path.join(run, "logs"))
+  with open(os.path.join(run, "logs", "metrics.jsonl"), "w") as f:
+    f.writelines(json.dumps(r) + "\n" for r in records)
+  if like is not None:
+    shutil.copytree(os.path.join(like, "checkpoints"), os.path.join(run, "checkpoints"))
+    return
+  pool = same_run.CheckpointPool(os.path.join(run, "checkpoints"))
+  with pool:
+    pool.save(0, {"params": PARAMS, "step": np.int32(0)}, metrics={"val/success_rate": 0.0}, outcomes=OUTCOMES,
+              config={})
+    pool.save(2, {"params": params, "step": np.int32(2)}, metrics={"val/success_rate": 0.25}, outcomes=outcomes,
+              config={})
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+  """Folders A and B of sub-runs: `same`, `timing` (B's timings differ), `metric` (B's train/loss at step 2),
+  `param` (one bit of B's step-2 params), `outcome` (B's step-2 outcome of p1), `newkey` (B logs one more key);
+  `a_only` is in A only."""
+  root = tmp_path_factory.mktemp("same_run")
+  a, b = str(root / "A"), str(root / "B")
+  timing = [dict(r, time=r["time"] + 100, **{k: v * 2 for k, v in r.items() if k.endswith("_s")}) for r in RECORDS]
+  metric = copy.deepcopy(RECORDS)
+  metric[2]["train/loss"] = 0.2500001
+  newkey = [dict(r, **{"batch/tokens": 7.0}) if r["phase"] == "train" else r for r in RECORDS]
+  variants = {"same": {}, "timing": {"records": timing}, "metric": {"records": metric},
+              "param": {"params": _flip_one_bit(PARAMS)}, "outcome": {"outcomes": {"p0": (1, 2), "p1": (1, 2)}},
+              "newkey": {"records": newkey}}
+  first = os.path.join(a, "same")
+  for name, b_changes in variants.items():
+    _write_run(os.path.join(a, name), like=None if name == "same" else first)
+    _write_run(os.path.join(b, name), **b_changes, like=None if {"params", "outcomes"} & set(b_changes) else first)
+  os.makedirs(os.path.join(a, "a_only", "logs"))
+  with open(os.path.join(a, "a_only", "logs", "metrics.jsonl"), "w") as f:
+    f.write(json.dumps(RECORDS[0]) + "\n")
+  return a, b
+
+
+def _main(capsys, *argv):
+  code = same_run.main(list(argv))
+  out = capsys.readouterr().out
+  summary = json.loads(out[out.index("\n{") + 1:] if not out.startswith("{") else out)
+  return code, out, summary
+
+
+def test_folders_of_runs(runs, capsys):
+  a, b = runs
+  code, out, summary = _main(capsys, a, b)
+  assert code == 1 and summary["all_equal"] is False
+  assert summary["only_in_a"] == ["a_only"] and summary["only_in_b"] == []
+  assert "[a_only] only in A" in out
+  r = summary["runs"]
+  assert sorted(r) == ["metric", "newkey", "outcome", "param", "same", "timing"]
+  for name in ("same", "timing"):  # timing keys (time, *_s) are not compared
+    assert r[name]["equal"] and r[name]["metrics_equal"] and r[name]["params_equal"] and r[name]["outcomes_equal"]
+    assert r[name]["params_digest_a"] == r[name]["params_digest_b"] and len(r[name]["params_digest_a"]) == 64
+  assert r["same"]["checkpoint_steps"] == [0, 2] and r["same"]["final_step_a"] == 2
+
+  assert not r["metric"]["metrics_equal"] and r["metric"]["params_equal"] and r["metric"]["outcomes_equal"]
+  assert r["metric"]["metric_differences"] == 1
+  assert "[metric] metrics train step 2 train/loss: A 0.25, B 0.2500001" in out
+
+  assert r["param"]["metrics_equal"] and not r["param"]["params_equal"] and r["param"]["outcomes_equal"]
+  assert r["param"]["params_digest_a"] != r["param"]["params_digest_b"]
+  assert r["param"]["params_digest_a"] == r["same"]["params_digest_a"]
+  assert "[param] checkpoint 2 params:" in out and "[param] checkpoint 0 params" not in out
+
+  assert r["outcome"]["metrics_equal"] and r["outcome"]["params_equal"] and not r["outcome"]["outcomes_equal"]
+  assert "[outcome] checkpoint 2 problem p1: A [0, 2], B [1, 2]" in out
+
+  assert not r["newkey"]["metrics_equal"]
+  assert "[newkey] metrics train step 1 batch/tokens: A '<missing>', B 7.0" in out
+
+
+def test_keys_of_a_ignores_keys_b_adds(runs, capsys):
+  a, b = runs
+  code, _, summary = _main(capsys, os.path.join(a, "newkey"), os.path.join(b, "newkey"), "--keys_of=a")
+  assert code == 0 and summary["all_equal"] and list(summary["runs"]) == ["newkey"]
+  code, out, summary = _main(capsys, os.path.join(b, "newkey"), os.path.join(a, "newkey"), "--keys_of=a")
+  assert code == 1 and "B '<missing>'" in out  # A's keys are all compared
+
+
+def test_two_equal_run_folders_exit_zero(runs, capsys):
+  a, b = runs
+  code, _, summary = _main(capsys, os.path.join(a, "timing"), os.path.join(b, "timing"))
+  assert code == 0 and summary["all_equal"] and summary["runs"]["timing"]["metrics_equal"]
+
+
+def test_one_bit_changes_the_digest_and_order_is_fixed():
+  digest = same_run.params_digest(PARAMS)
+  assert same_run.params_digest(_flip_one_bit(PARAMS)) != digest
+  assert same_run.params_digest(dict(reversed(list(PARAMS.items())))) == digest  # dict key order does not matter
+  assert same_run.params_digest({**PARAMS, "embedding": PARAMS["embedding"].reshape(2, 4)}) != digest
+  assert same_run.params_digest({**PARAMS, "embedding": PARAMS["embedding"].astype(np.float64)}) != digest
