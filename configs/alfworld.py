@@ -16,24 +16,14 @@ Variants (`get_config(arg)`):
   forgetting     the forgetting benchmark's teacher pool (docs/results.md): GRPO whose task mix shifts, 8 iterations
                  of look_at_obj_in_light then 12 of pick_and_place at lr 3e-4, validated (and checkpointed) every 2
                  iterations; Agentic-OPD and continued GRPO then start from its pool (configs/sweeps/forgetting_opd.py).
-Any field can be overridden (`--config.grpo.iterations=5`); an unknown field is an error naming it. The env-agnostic
-fields live in `agentopd_jax/training/defaults.py`.
+Any field can be overridden (`--config.grpo.iterations=5`); an unknown field is an error naming it. The fields and
+their defaults are the typed sections of `agentopd_jax/training/config.py`, the `env` ones `AlfworldConfig`
+(`agentopd_jax/envs/alfworld/spec.py`).
 """
-from agentopd_jax.training import defaults
+from agentopd_jax.training import presets
 
 def _cpu():
-  c = defaults.cpu_base("alfworld")
-  c.env.engine = "fast"                # "fast" (pure Python) or "textworld" (the real engine)
-  c.env.data_root = ""                 # "" -> generate games into <cache>/alfworld_generated/
-  c.env.generate_seed = 0              # the generated games are fixed across run seeds, like a benchmark's
-  c.env.generate_train = 1200          # games generated per split when data_root is empty (1200: ~10 s)
-  c.env.generate_valid = 64
-  c.env.generate_scenes = (225,)       # generate in these ALFRED scenes only (a living room with 8 receptacles)
-  c.env.generate_distractors = (1, 2)  # (min, max) other object types per generated game (the benchmark: 6-12)
-  c.env.generate_home_prob = 0.7       # each task object starts at its home (the main table) with this chance; 0: uniform
-  c.env.train_split = "train"
-  c.env.valid_split = "valid_seen"     # alfworld's eval_in_distribution
-  c.env.task_types = ("pick_and_place_simple", "look_at_obj_in_light")
+  c = presets.cpu_base("alfworld")
   # Half the demo games also get the skill-following explorer's episode behind SDAR's privileged skill prompt: the
   # tiny model learns to act on skills it reads, which SDAR's self-teacher needs (docs/results.md, issue 19).
   c.sft.skill_fraction = 0.5
@@ -48,7 +38,7 @@ def _cpu():
 
 
 def _paper(variant: str):
-  c = defaults.paper_overrides(_cpu(), variant)
+  c = presets.paper_overrides(_cpu(), variant)
   c.env.data_root = ""                 # set to the real $ALFWORLD_DATA download
   c.env.generate_scenes = ()           # generated games (no data_root): every scene
   c.env.generate_distractors = (6, 12)
@@ -71,4 +61,4 @@ def _forgetting():
 
 
 def get_config(arg: str = "cpu"):
-  return defaults.select_variant(arg, "configs/alfworld.py", _cpu, _paper, extra={"forgetting": _forgetting})
+  return presets.select_variant(arg, "configs/alfworld.py", _cpu, _paper, extra={"forgetting": _forgetting})

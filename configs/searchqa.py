@@ -8,24 +8,10 @@ A retrieval server (ours: `python -m agentopd_jax.envs.search.server`, or Search
 $AGENTOPD_SEARCH_API_KEY (no config field: a run's config is written into config.json and every checkpoint).
 Search-R1's data files: `--config.env.train_file=...`.
 """
-from agentopd_jax.training import defaults
+from agentopd_jax.training import presets
 
 def _cpu():
-  c = defaults.cpu_base("search")
-  c.env.search_url = ""                # "" -> an in-process BM25 index per env worker
-  c.env.corpus = ""                    # wiki-18 style JSONL; "" -> the bundled encyclopedia of world_seed
-  c.env.world_seed = 0                 # the encyclopedia and questions are fixed across run seeds, like a dataset
-  c.env.train_file = ""                # Search-R1 parquet/JSONL rows; "" -> the bundled train split
-  c.env.test_file = ""
-  c.env.valid_sources = ("nq", "hotpotqa")  # test sources of the validation panel (() = all seven): on CPU the two
-                                             # Search-R1 trains on, since the tiny model learns no other style
-  c.env.topk = 3
-  c.env.search_timeout_s = 60.0        # search_url: each request's timeout, and
-  c.env.search_retries = 6             # its retries (exponential back-off 0.5 s ... 8 s: 23.5 s of waits in all)
-  c.env.obs_format = "verl-agent"      # or "search-r1" (its loop and <information> text)
-  c.env.max_turns = 4
-  c.env.history_length = 4
-  c.env.invalid_penalty = 0.01
+  c = presets.cpu_base("search")
   c.builtin_tokenizer.vocab_size = 4096  # trained on the encyclopedia too: names are 1-2 tokens, not 5
   c.builtin_tokenizer.env_corpus = True
   c.rollout.max_steps = 4
@@ -40,7 +26,7 @@ def _cpu():
 
 
 def _paper(variant: str):
-  c = defaults.paper_overrides(_cpu(), variant)
+  c = presets.paper_overrides(_cpu(), variant)
   c.builtin_tokenizer.env_corpus = False  # the pretrained model's own tokenizer
   c.env.valid_sources = ()                # all seven sources, as the papers' tables
   c.rollout.max_prompt_tokens = 4096
@@ -59,4 +45,4 @@ def _paper(variant: str):
 
 
 def get_config(arg: str = "cpu"):
-  return defaults.select_variant(arg, "configs/searchqa.py", _cpu, _paper)
+  return presets.select_variant(arg, "configs/searchqa.py", _cpu, _paper)

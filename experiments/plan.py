@@ -23,12 +23,11 @@ from agentopd_jax.batching.collate import round_up
 from agentopd_jax.models.config import ModelConfig, preset
 from agentopd_jax.models.loading import model_overrides
 from agentopd_jax.objectives.registry import LossConfig, get_objective
-from agentopd_jax.rollout.engine import RolloutConfig
 from agentopd_jax.sampling.sampler import Sampler, _bucket  # the sampler's own length rounding
 from agentopd_jax.scoring.fused import ScoreConfig
 from agentopd_jax.training import memory_plan
-from agentopd_jax.training.train_step import PAD_MULTIPLE, OptimConfig, make_optimizer
-from agentopd_jax.training.trainer import config_dataclass
+from agentopd_jax.training.config import from_config_dict
+from agentopd_jax.training.train_step import PAD_MULTIPLE, make_optimizer
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/alfworld.py", "Run config.", lock_config=True)
 _ACCELERATOR = flags.DEFINE_enum("accelerator", "all", ["all", *memory_plan.ACCELERATORS], "verdict for this one only")
@@ -49,7 +48,7 @@ def model_config(c) -> ModelConfig:
 
 def workload(c, loss_cfg: LossConfig, score_cfg: ScoreConfig) -> memory_plan.Workload:
   """The train step's micro-batch and the sampler's largest cache under `c`, as the trainer and engine size them."""
-  rollout = config_dataclass(RolloutConfig, c.rollout)
+  rollout = from_config_dict(c).rollout
   step_layout = rollout.layout == "step"
   longest = (rollout.max_prompt_tokens + rollout.max_response_tokens if step_layout else rollout.max_total_tokens)
   seq_len = max(c.pack_width, round_up(longest, PAD_MULTIPLE))  # make_minibatches' row width
@@ -75,10 +74,11 @@ def plan_from_config(c, num_devices: int = 0):
   """(model config, mesh shape, workload, plan) of run config `c`; allocates nothing."""
   model = model_config(c)
   mesh_shape = memory_plan.resolve_mesh_shape(tuple(c.mesh_shape), num_devices)
-  loss_cfg = config_dataclass(LossConfig, c.loss)
+  cfg = from_config_dict(c)
+  loss_cfg = cfg.loss
   score_cfg = get_objective(loss_cfg.objective).score_config(loss_cfg, ScoreConfig(temperature=c.rollout.temperature))
   work = workload(c, loss_cfg, score_cfg)
-  optimizer = make_optimizer(config_dataclass(OptimConfig, c.optim))
+  optimizer = make_optimizer(cfg.optim)
   result = memory_plan.plan(model, mesh_shape, optimizer, work, with_reference=loss_cfg.kl_coef > 0,
                             with_teacher=score_cfg.teacher == "params")
   return model, mesh_shape, work, result

@@ -3,8 +3,8 @@ configs/webshop.py, configs/searchqa.py). `config.method` picks the job: "grpo" 
 "agentic_opd" (the `:agentic_opd` variant: distil the checkpoints of the default GRPO run into its best one).
 
 Overrides: `--config.grpo.iterations=5 --config.workdir=/tmp/run`. Unknown fields and values of the wrong type are
-rejected by name (ml_collections), out-of-range values and unknown registry names by `defaults.check_config` (the
-first thing a run does), before anything is loaded.
+rejected by name (ml_collections), out-of-range values and unknown registry names by `training.config.from_config_dict`
+(the first thing a run does), before anything is loaded.
 Running the same command again resumes from the run's newest checkpoint. On several hosts every host runs the
 same command (`--config.distributed.*`, or found from SLURM / Open MPI / a TPU slice: docs/scale_out.md).
 """

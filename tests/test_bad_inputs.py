@@ -1,6 +1,6 @@
 """Bad input fails once, where it enters, with one error that names the field, file or tensor (issue 23, item 4).
 
-Run configs (`defaults.check_config`, train.py's flags), Hugging Face model folders (`hf_io.load_hf`, `ModelConfig`)
+Run configs (`training.config.from_config_dict`, train.py's flags), Hugging Face model folders (`hf_io.load_hf`, `ModelConfig`)
 and tokenizers (`load_model_and_tokenizer`). Cases tested elsewhere are not repeated here: an unknown override field
 and an unknown variant (test_configs.py); refused config.json keys, model types and rope types (test_hf_config.py); a
 missing folder, a folder without safetensors, a config that disagrees with every layer (test_models.py); a missing
@@ -22,7 +22,7 @@ from agentopd_jax.models.config import ModelConfig
 from agentopd_jax.models.loading import load_model_and_tokenizer
 from agentopd_jax.models.tokenizer import build_tokenizer
 from agentopd_jax.parallel.sharding import make_mesh
-from agentopd_jax.training.defaults import check_config
+from agentopd_jax.training.config import from_config_dict
 from agentopd_jax.training.sweep import load_run_config
 
 from test_configs import ROOT
@@ -65,21 +65,21 @@ def test_bad_run_config_field_is_named_before_anything_loads(fields, named):
       node = node[section]
     node[field] = value
   with pytest.raises(ValueError, match=re.escape(named)):
-    check_config(c)
+    from_config_dict(c)
 
 
 @pytest.mark.parametrize("env", ["alfworld", "webshop", "searchqa"])
 def test_shipped_configs_pass_the_check(env):
-  from agentopd_jax.training.defaults import PAPER_MODELS, SKILL_METHODS
+  from agentopd_jax.training.presets import PAPER_MODELS, SKILL_METHODS
   for variant in ("", "agentic_opd", "opid", *PAPER_MODELS, *SKILL_METHODS,
                   *(f"{m}_{p}" for m in ("opid", *SKILL_METHODS) for p in PAPER_MODELS)):
-    check_config(_run_config(env, variant))
+    from_config_dict(_run_config(env, variant))
 
 
 @pytest.mark.parametrize("override,named", [
     ("--config.trainer.lr=abc", "trainer"),  # no such section
     ("--config.optim.learning_rate=abc", "optim.learning_rate"),  # wrong type: ml_collections names the flag
-    ("--config.grpo.group_size=0", "grpo.group_size must be an integer >= 1"),  # out of range: check_config
+    ("--config.grpo.group_size=0", "grpo.group_size must be an integer >= 1"),  # out of range: GrpoConfig
 ])
 def test_train_py_refuses_a_bad_override_by_name(override, named):
   out = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "train.py"),

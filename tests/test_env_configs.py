@@ -14,12 +14,9 @@ pytest.importorskip("rapidfuzz")
 from agentopd_jax.envs import registry  # noqa: E402
 from agentopd_jax.envs.webshop.env import build_shop  # noqa: E402
 from agentopd_jax.envs.webshop.expert import plan, top_result_plan  # noqa: E402
-from agentopd_jax.objectives.registry import LossConfig  # noqa: E402
-from agentopd_jax.rollout.engine import RolloutConfig  # noqa: E402
 from agentopd_jax.storage.checkpoints import CheckpointPool  # noqa: E402
 from agentopd_jax.storage.logs import read_metrics  # noqa: E402
-from agentopd_jax.training.train_step import OptimConfig  # noqa: E402
-from agentopd_jax.training.trainer import config_dataclass  # noqa: E402
+from agentopd_jax.training.config import from_config_dict  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # config file -> (env name, validation metrics only that env reports)
@@ -39,9 +36,7 @@ def _config(name, variant=""):
 def test_variants_build_their_dataclasses(name, variant):
   c = _config(name, variant)
   assert c.env.name == ENVS[name][0]
-  config_dataclass(RolloutConfig, c.rollout)
-  config_dataclass(LossConfig, c.loss)
-  config_dataclass(OptimConfig, c.optim)
+  assert from_config_dict(c).env.name == ENVS[name][0]
 
 
 def test_the_env_timeouts_and_retries_reach_the_workers_and_the_client(monkeypatch):
@@ -92,7 +87,7 @@ def test_paper_settings():
 def test_skill_method_variants():
   """Every SDAR baseline is a variant of every env config, on the CPU default and on each paper model."""
   from agentopd_jax.objectives.registry import OBJECTIVES
-  from agentopd_jax.training.defaults import PAPER_MODELS, SKILL_METHODS
+  from agentopd_jax.training.presets import PAPER_MODELS, SKILL_METHODS
   for env in ("alfworld", "webshop", "searchqa"):
     for method in SKILL_METHODS:
       assert method in OBJECTIVES
@@ -108,17 +103,15 @@ def test_skill_method_variants():
 
 def test_opid_variants():
   """`:opid` on every env config: the oracle analyzer on CPU, OPID's script settings on each paper model."""
-  from agentopd_jax.teachers.hindsight import OpidConfig
-  from agentopd_jax.training.defaults import PAPER_MODELS
-  from agentopd_jax.training.trainer import config_dataclass
+  from agentopd_jax.training.presets import PAPER_MODELS
   for env in ("alfworld", "webshop", "searchqa"):
     cpu = _config(env, "opid")
-    cfg = config_dataclass(OpidConfig, cpu.opid)
+    cfg = from_config_dict(cpu).opid
     assert cpu.grpo.advantage == "opid" and cpu.workdir.endswith("_cpu_opid") and cfg.analyzer == "oracle"
     assert (cfg.w_episode, cfg.w_step, cfg.route) == (0.001, 0.001, "step_priority")
     assert cfg.max_step_skills == (2 if env == "searchqa" else 5)
     for model in PAPER_MODELS:
-      paper = config_dataclass(OpidConfig, _config(env, f"opid_{model}").opid)
+      paper = from_config_dict(_config(env, f"opid_{model}")).opid
       assert paper.analyzer == "openai" and paper.analyzer_model
       mean_norm = env == "webshop" or model.startswith("qwen3")
       assert _config(env, f"opid_{model}").grpo.advantage == ("opid_mean_norm" if mean_norm else "opid")

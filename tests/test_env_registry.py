@@ -1,6 +1,7 @@
 """One registered spec per env (`envs.registry`): `training/` names no env, and an env registered from outside the
 package (here the Countdown game, with its own text side and expert) trains end to end through the same entry point."""
 import ast
+import dataclasses
 import functools
 import json
 import os
@@ -16,7 +17,7 @@ import pytest
 from agentopd_jax.envs import registry
 from agentopd_jax.envs.toy import CountdownEnv
 from agentopd_jax.rollout.text_envs import make_text_env
-from agentopd_jax.training import defaults
+from agentopd_jax.training import presets
 
 PACKAGE = Path(__file__).resolve().parents[1] / "agentopd_jax"
 BUILT_IN = ("alfworld", "search", "webshop")
@@ -134,8 +135,16 @@ def countdown_plan(task: int) -> list:
   return []
 
 
+@dataclasses.dataclass(frozen=True)
+class CountdownConfig(registry.EnvCommon):
+  """Countdown's `env` section: the shared fields plus its own."""
+  name: str = "countdown"
+  num_games: int = 16
+  reward_scale: float = 1.0
+
+
 COUNTDOWN = registry.EnvSpec(
-    name="countdown",
+    name="countdown", config=CountdownConfig,
     tasks=lambda env_cfg: (list(range(100, 100 + env_cfg.num_games)), list(range(env_cfg.num_games))),
     worker=lambda env_cfg, max_steps=None: functools.partial(CountdownEnv, max_steps=max_steps or 8),
     text_env=CountdownText, experts=("bfs",), expert=lambda env_cfg, name: countdown_plan,
@@ -149,7 +158,7 @@ def test_an_env_registered_from_outside_trains_end_to_end(tmp_path, monkeypatch)
   from agentopd_jax.training.trainer import text_env_factory, train
 
   registry.register(COUNTDOWN)
-  c = defaults.cpu_base("countdown")
+  c = presets.cpu_base("countdown")
   c.workdir = str(tmp_path / "run")
   c.env.num_games = 8
   c.env.reward_scale = 0.5

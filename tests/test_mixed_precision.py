@@ -154,7 +154,7 @@ def test_sft_learns_in_bf16_as_in_f32():
 
 
 def _model_section(**fields) -> ml_collections.ConfigDict:
-  """A run config's `model` section (defaults.cpu_base) with `fields` set."""
+  """A run config's `model` section (presets.cpu_base) with `fields` set."""
   return ml_collections.ConfigDict({"path": "", "preset": "tiny", "param_dtype": "", "dtype": "", **fields})
 
 

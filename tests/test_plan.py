@@ -31,7 +31,7 @@ from agentopd_jax.training.train_step import (OptimConfig, TrainState, init_stat
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = model_config.preset("small")
 LOSS = LossConfig(kl_coef=0.01, entropy_coef=0.001)  # GRPO with the KL reference, as the paper presets
-OPTIMIZER = make_optimizer(OptimConfig())
+OPTIMIZER = make_optimizer(OptimConfig(learning_rate=1e-6))
 PLAN_FACTOR = 4 / 3  # measured / planned must lie in [1 / PLAN_FACTOR, PLAN_FACTOR]
 
 

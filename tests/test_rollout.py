@@ -64,8 +64,8 @@ class OracleText(AlfworldText):
 def _run(setup, layout, text_env, max_steps=MAX_STEPS, max_response_tokens=12):
   games, tokenizer, config, params, sampler = setup
   tasks, groups = group_tasks(games, 2)
-  cfg = RolloutConfig(layout=layout, max_steps=max_steps, max_response_tokens=max_response_tokens,
-                      max_total_tokens=3072)
+  cfg = RolloutConfig(layout=layout, max_steps=max_steps, max_prompt_tokens=2048,
+                      max_response_tokens=max_response_tokens, max_total_tokens=3072)
   with VectorEnv(functools.partial(AlfworldEnv, "fast"), num_workers=2, num_envs=len(tasks)) as venv:
     engine = RolloutEngine(sampler, tokenizer, venv, text_env, cfg)
     return engine.run(params, tasks, tasks, groups, jax.random.key(3), SamplingParams(temperature=1.0)), tasks
@@ -183,7 +183,7 @@ class _BrokenEnv:
 def test_a_rollout_whose_every_episode_failed_is_one_clear_error(setup):
   games, tokenizer, config, params, sampler = setup
   with VectorEnv(_BrokenEnv, num_workers=1, num_envs=2) as venv:
-    engine = RolloutEngine(sampler, tokenizer, venv, AlfworldText, RolloutConfig(max_steps=2))
+    engine = RolloutEngine(sampler, tokenizer, venv, AlfworldText, RolloutConfig(max_steps=2, max_prompt_tokens=2048, max_response_tokens=512))
     with pytest.raises(RuntimeError, match="(?s)all 2 env episodes failed.*unreadable"):
       engine.run(params, games[:2], games[:2], [0, 1], jax.random.key(0), SamplingParams())
 
@@ -198,7 +198,7 @@ def test_a_host_whose_every_episode_failed_stops_every_host(setup, monkeypatch):
 
   def host(rank):
     with VectorEnv(_BrokenEnv if rank else functools.partial(AlfworldEnv, "fast"), 1, 2) as venv:
-      engine = RolloutEngine(sampler, tokenizer, venv, AlfworldText, RolloutConfig(max_steps=2))
+      engine = RolloutEngine(sampler, tokenizer, venv, AlfworldText, RolloutConfig(max_steps=2, max_prompt_tokens=2048, max_response_tokens=512))
       try:
         engine.run(params, games[:2], games[:2], [0, 1], jax.random.key(0), SamplingParams(), first_episode=2 * rank)
       except RuntimeError as e:
@@ -292,7 +292,8 @@ def test_a_rollout_split_in_two_plays_as_one(setup, layout):
   play them, give the whole call's samples."""
   games, tokenizer, config, params, sampler = setup
   tasks, groups = group_tasks(games[:2], 2)
-  cfg = RolloutConfig(layout=layout, max_steps=3, max_response_tokens=10, max_total_tokens=3072)
+  cfg = RolloutConfig(layout=layout, max_steps=3, max_prompt_tokens=2048, max_response_tokens=10,
+                      max_total_tokens=3072)
 
   def play(part, first):
     with VectorEnv(functools.partial(AlfworldEnv, "fast"), num_workers=1, num_envs=len(part)) as venv:
@@ -311,7 +312,8 @@ def test_a_worker_lost_mid_rollout_fails_its_episodes_and_changes_nothing_else(s
   unfaulted rollout's token for token."""
   games, tokenizer, config, params, sampler = setup
   tasks, groups = group_tasks(games[:2], 2)
-  cfg = RolloutConfig(layout="step", max_steps=3, max_response_tokens=8, max_total_tokens=3072)
+  cfg = RolloutConfig(layout="step", max_steps=3, max_prompt_tokens=2048, max_response_tokens=8,
+                      max_total_tokens=3072)
 
   def play(faulty):
     with VectorEnv(functools.partial(AlfworldEnv, "fast"), num_workers=2, num_envs=len(tasks),

@@ -13,10 +13,11 @@ pytest.importorskip("alfworld", reason="generating games needs the alfworld whee
 
 from conftest import tiny_alfworld_config  # noqa: E402
 from agentopd_jax.models import config as model_config, transformer  # noqa: E402
-from agentopd_jax.objectives.registry import LossConfig, get_objective  # noqa: E402
+from agentopd_jax.objectives.registry import get_objective  # noqa: E402
 from agentopd_jax.scoring.fused import ScoreConfig  # noqa: E402
 from agentopd_jax.teachers import privileged  # noqa: E402
 from agentopd_jax.training import trainer  # noqa: E402
+from agentopd_jax.training.config import from_config_dict  # noqa: E402
 from agentopd_jax.storage.checkpoints import CheckpointPool  # noqa: E402
 from agentopd_jax.storage.logs import read_metrics  # noqa: E402
 
@@ -58,7 +59,7 @@ def test_teacher_is_scored_once_per_sample_per_iteration(sdar_run):
   assert [n for n, _ in calls] == [int(r["batch/trained_samples"]) for r in lines] and len(calls) == 2
   assert all(k == 0 for _, k in calls)  # reverse KL needs only the sampled token's teacher log-prob
   # The train step scores no teacher: the loss reads the batch's constants.
-  loss_cfg = trainer.config_dataclass(LossConfig, c.loss)
+  loss_cfg = from_config_dict(c).loss
   assert get_objective("sdar").score_config(loss_cfg, ScoreConfig()).teacher == "none"
   for r in lines:
     for key in ("actor/sdar/gate_mean", "actor/sdar/gate_active_ratio", "actor/sdar/teacher_gap_mean",

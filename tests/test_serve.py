@@ -203,7 +203,7 @@ def test_api_key_and_request_limits(served):
 def test_run_checkpoint_is_served_with_the_run_tokenizer(folder, tmp_path):
   """A run folder (config.json + checkpoints/) loads the named step's params (default: the latest)."""
   from agentopd_jax.storage.checkpoints import CheckpointPool
-  from agentopd_jax.training.defaults import cpu_base
+  from agentopd_jax.training.presets import cpu_base
 
   mesh = make_mesh()
   base = load_served_model(folder, mesh=mesh)

@@ -118,7 +118,7 @@ def test_no_config_field_holds_a_secret():
   """The config is written to config.json and into every checkpoint record, so keys come from the environment only
   ($OPENAI_API_KEY for the analyzer, $AGENTOPD_SEARCH_API_KEY for the retriever): no field of any variant of any env
   config may be named like one."""
-  from agentopd_jax.training.defaults import PAPER_MODELS, SKILL_METHODS
+  from agentopd_jax.training.presets import PAPER_MODELS, SKILL_METHODS
 
   variants = ["cpu", "agentic_opd", "opid", *PAPER_MODELS, *SKILL_METHODS,
               *(f"{m}_{p}" for m in ("opid", *SKILL_METHODS) for p in PAPER_MODELS)]

@@ -53,6 +53,37 @@ def no_skill_query(task) -> Dict[str, str]:
   return {}
 
 
+BACKENDS = ("process", "ray")
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvCommon:
+  """The run config's `env` section fields every env has; each env's `spec.py` subclasses it with its own fields and
+  defaults (`EnvSpec.config`)."""
+  name: str = ""
+  history_length: int = 2
+  compact_prompt: bool = True          # the compact template (no <think>), suited to a tiny model
+  prompt_flavor: str = "verl-agent"
+  invalid_penalty: float = 0.1
+  num_workers: int = 2                 # env worker processes
+  step_timeout_s: float = 60.0         # a worker that has not stepped its envs by then is killed and replaced (its
+                                       # episodes fail); allow for an env's slowest step times the envs per worker
+  backend: str = "process"             # "process" (this host) or "ray" (actors anywhere in a Ray cluster;
+                                       # docs/scale_out.md)
+  ray_actor_options: Dict[str, Any] = dataclasses.field(default_factory=lambda: {"num_cpus": 1})  # per Ray worker
+
+  def __post_init__(self):
+    for field, least in (("num_workers", 1), ("history_length", 0)):
+      value = getattr(self, field)
+      if type(value) is not int or value < least:
+        raise ValueError(f"env.{field} must be an integer >= {least}, got {value!r}")
+    if isinstance(self.step_timeout_s, bool) or not isinstance(self.step_timeout_s, (int, float)) \
+        or not self.step_timeout_s > 0:
+      raise ValueError(f"env.step_timeout_s must be a number of seconds > 0, got {self.step_timeout_s!r}")
+    if self.backend not in BACKENDS:
+      raise ValueError(f"env.backend must be one of {BACKENDS}, got {self.backend!r}")
+
+
 HEADLINES = ("All", "Avg", "Score")
 
 
@@ -94,6 +125,8 @@ class EnvSpec:
   task_group: task -> its group, the name its validation metrics use (`val/<group>_success_rate`: ALFWorld's task
     type, search-QA's data source); what `grpo.task_phases` draws by. None: the env's tasks have no groups.
   report: the env's report columns and headline (`ReportSpec`).
+  config: the class of the run config's `env` section for this env: `EnvCommon` or a subclass with the env's own
+    fields and their defaults (`training.config.RunConfig.env`).
   """
   name: str
   tasks: Callable[[Any], TaskPools]
@@ -107,6 +140,7 @@ class EnvSpec:
   hindsight: Optional[Callable[[Any], Callable[[Any, Sequence[str]], Any]]] = None
   task_group: Optional[Callable[[Any], Optional[str]]] = None
   report: ReportSpec = ReportSpec()
+  config: type = EnvCommon
 
   def group_of(self, task) -> Optional[str]:
     """The task's group (`task_group`); None when the env's tasks have no groups."""

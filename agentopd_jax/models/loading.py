@@ -2,8 +2,9 @@
 tokenizer (the no-download default). Shared by every experiment entry point."""
 from __future__ import annotations
 
+import dataclasses
 import logging
-from typing import Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import jax
 
@@ -14,6 +15,25 @@ from agentopd_jax.models.tokenizer import BUILTIN_VOCAB_SIZE, builtin_tokenizer,
 logger = logging.getLogger(__name__)
 
 VOCAB_MULTIPLE = 128  # a random-init vocabulary grown to fit the tokenizer is rounded up to this (matmul-friendly)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+  """The run config's `model` section: which model, and the run's overrides of its ModelConfig
+  (`model_overrides`)."""
+  preset: str = "tiny"                 # used when path is empty (random init)
+  path: str = ""                       # local HF folder (config.json + *.safetensors + tokenizer)
+  param_dtype: str = ""                # storage of params and Adam moments: "" = the checkpoint's (a preset: f32)
+  dtype: str = ""                      # matmul (compute) dtype: "" = follow param_dtype, else the checkpoint's;
+                                       # softmax, log-softmax and losses are f32 whatever it is
+  attention_impl: str = ""             # "" (the einsum path, "xla"), "dot_product" (jax.nn.dot_product_attention)
+                                       # or "cudnn" (its cuDNN kernel: NVIDIA GPUs, bf16/f16 compute)
+  remat: bool = False                  # recompute each layer in the backward pass: activations for compute (a 7B
+                                       # model needs it: experiments/plan.py)
+  chat_template_kwargs: Dict[str, Any] = dataclasses.field(default_factory=dict)  # e.g. enable_thinking=False (Qwen3)
+
+  def __post_init__(self):
+    model_overrides(self)
 
 
 def load_model_and_tokenizer(model_cfg, tokenizer_path: str, seed: int, mesh, builtin_vocab: int = BUILTIN_VOCAB_SIZE,

@@ -25,6 +25,7 @@ versioned by `BUILTIN_VERSION`.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -56,6 +57,18 @@ BUILTIN_VOCAB_SIZE = 2048
 # Files whose presence marks a folder as meant to hold a Hugging Face tokenizer (`load_tokenizer` needs tokenizer.json).
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "tokenizer.model",
                     "special_tokens_map.json")
+
+
+@dataclasses.dataclass(frozen=True)
+class BuiltinTokenizerConfig:
+  """The run config's `builtin_tokenizer` section: the tokenizer a run trains when it has no model tokenizer."""
+  vocab_size: int = BUILTIN_VOCAB_SIZE  # its BPE vocabulary (a random-init model's vocab grows to fit the tokenizer)
+  env_corpus: bool = False             # also train it on the env's own text (catalogue, encyclopedia) so the env's
+                                       # words are single tokens, and make ids copied verbatim (ASINs) whole tokens
+
+  def __post_init__(self):
+    if type(self.vocab_size) is not int or self.vocab_size < 1:
+      raise ValueError(f"builtin_tokenizer.vocab_size must be an integer >= 1, got {self.vocab_size!r}")
 
 
 # --------------------------------------------------------------------------------------------

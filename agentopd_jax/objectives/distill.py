@@ -7,7 +7,7 @@ run, scored on the student's own rollouts (`scoring.fused`, teacher mode "params
     the student's top-k support, both distributions renormalised there. Dense (k tokens per position), low variance.
     The reference takes the top-k ids from π_old (its log-prob pass before the update); here the train step's own
     scoring takes them from the live policy, which is π_old because the objective runs only under the Agentic-OPD
-    trainer, one optimizer step per batch (`training.defaults.check_config` rejects any other trainer).
+    trainer, one optimizer step per batch (`training.config.RunConfig` rejects any other trainer).
   * `sampled_token_opd_advantage` — the documented/older variant (`core_opd.combine_opd_and_task_advantages`): the
     teacher−student log-prob gap of the sampled token, used as the PPO advantage (`ppo_dual_clip_loss`).
 

@@ -28,13 +28,19 @@ from agentopd_jax.sampling.sampler import Sampler, SampleOutput, SamplingParams,
 
 @dataclasses.dataclass(frozen=True)
 class RolloutConfig:
-  layout: str = "step"
-  max_steps: int = 50                 # env steps per episode
-  max_prompt_tokens: int = 2048       # step layout: longer prompts keep their last tokens (and are counted)
-  max_response_tokens: int = 512      # per reply
+  """The run config's `rollout` section (defaults: the CPU run's; the paper presets raise the token budgets)."""
+  layout: str = "step"                # "step" (verl-agent) or "trajectory" (verl-tool)
+  max_steps: int = 10                 # env steps per episode
+  max_prompt_tokens: int = 1024       # step layout: longer prompts keep their last tokens (and are counted)
+  max_response_tokens: int = 24       # per reply
   max_observation_tokens: int = 500   # trajectory layout: per observation turn
   max_total_tokens: int = 4096        # trajectory layout: whole sequence
   batch_bucket: int = 8               # the step layout pads the shrinking set of live envs to a multiple of this
+  temperature: float = 1.0            # the train step scores logits / T too (verl): PPO optimises the sampled policy
+  top_p: float = 1.0
+  top_k: int = 0
+  recompute_old_logprobs: bool = False  # π_old from the trainer's own forward instead of the sampler's (verl): where
+                                        # the sampler runs at another precision or sharding (paper presets)
 
   def __post_init__(self):
     if self.layout not in LAYOUTS:
@@ -43,6 +49,12 @@ class RolloutConfig:
                  "max_total_tokens", "batch_bucket"):
       if getattr(self, name) < 1:
         raise ValueError(f"rollout.{name} must be >= 1, got {getattr(self, name)}")
+    if not self.temperature > 0:
+      raise ValueError(f"rollout.temperature must be > 0 (a group's rollouts must differ), got {self.temperature}")
+    if not 0.0 < self.top_p <= 1.0:
+      raise ValueError(f"rollout.top_p must be in (0, 1], got {self.top_p}")
+    if self.top_k < 0:
+      raise ValueError(f"rollout.top_k must be >= 0, got {self.top_k}")
 
 
 PLACEMENTS = ("user", "raw")

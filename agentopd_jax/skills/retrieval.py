@@ -218,6 +218,18 @@ class UCB(Retriever):
 RETRIEVERS = {cls.name: cls for cls in (KeywordMatch, WordMatch, Full, RandomSkill, UCB)}
 
 
+@dataclasses.dataclass(frozen=True)
+class SkillsConfig:
+  """The run config's `skills` section: SDAR's SkillBank and its retrieval (docs/skills.md)."""
+  bank_dir: str = ""                   # "" -> the env's shipped bank; or the SDAR authors' skills/<env>/ folder
+  retrieval: str = "km"                # km (the authors' keyword matching), km_words, full, random, ucb
+  ucb_c: float = 1.0                   # ucb: exploration constant c of r̄(e) + c·sqrt(ln N / n(e))
+
+  def __post_init__(self):
+    if self.retrieval not in RETRIEVERS:
+      raise ValueError(f"skills.retrieval must be one of {sorted(RETRIEVERS)}, got {self.retrieval!r}")
+
+
 def make_retriever(name: str, bank: SkillBank, rule: str, seed: int = 0, ucb_c: float = 1.0) -> Retriever:
   """The retriever registered as `name` (the config's `skills.retrieval`)."""
   if name not in RETRIEVERS:

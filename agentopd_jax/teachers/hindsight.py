@@ -30,6 +30,7 @@ import numpy as np
 
 from agentopd_jax.batching.samples import Sample
 from agentopd_jax.http_guard import SERVE_API_KEY_ENV
+from agentopd_jax.objectives.advantages import GRPO_MODES
 from agentopd_jax.objectives.opid import opid_advantages, shift_metrics
 from agentopd_jax.parallel import distributed
 from agentopd_jax.rollout.chat import ChatFormat
@@ -63,6 +64,8 @@ class OpidConfig:
   stop_after: int = -1            # ... and up to this one
   failed_only: bool = False       # analyse failed episodes only
   failed_only_after: int = -1     # all episodes up to this iteration, failed ones after it (overrides failed_only)
+  paper_mode: str = "mean_std_norm"  # the episode advantage of the opid_<model> presets (OPID's scripts; WebShop's:
+                                     # mean_norm)
 
   def __post_init__(self):
     if self.analyzer not in ANALYZERS:
@@ -77,6 +80,8 @@ class OpidConfig:
                        f"{self.w_step}, {self.clip}")
     if not 0.0 <= self.gamma <= 1.0:
       raise ValueError(f"opid.gamma must be in [0, 1], got {self.gamma}")
+    if self.paper_mode not in GRPO_MODES:
+      raise ValueError(f"opid.paper_mode must be one of {GRPO_MODES}, got {self.paper_mode!r}")
 
   def active(self, iteration: int) -> bool:
     """Whether iteration `iteration` gets the skill advantage (OPID's `_is_opid_teacher_adv_enabled`)."""

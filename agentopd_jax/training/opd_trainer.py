@@ -48,27 +48,25 @@ from agentopd_jax.sampling.sampler import SamplingParams
 from agentopd_jax.storage.atomic import atomic_write_json
 from agentopd_jax.storage.checkpoints import CheckpointPool
 from agentopd_jax.storage.logs import progress
-from agentopd_jax.teachers.hcn import SCHEDULERS, Teacher, make_scheduler, save_state
+from agentopd_jax.teachers.hcn import Teacher, make_scheduler, save_state
 from agentopd_jax.teachers.pool import build_teacher_pool
 from agentopd_jax.teachers.resident import ResidentTeacher
 from agentopd_jax import faults
+from agentopd_jax.training.config import from_config_dict
 from agentopd_jax.training.train_step import init_state, make_minibatches, minibatch_samples
 from agentopd_jax.training.trainer import Run, gather_episodes, sharded_abstract_params
 
 logger = logging.getLogger(__name__)
-LAD_CHOICES = ("group_rates", "off")
 TEACHER_ROLLOUT_STREAM = 2 * 10**6  # fold_in offset of the teacher's LAD rollouts (student: the iteration index)
 
 
 def check_opd_config(c) -> None:
-  """One clear error per bad `opd` field, before anything is loaded."""
+  """One clear error per bad field (`from_config_dict`) and for what Agentic-OPD needs beyond it, before anything is
+  loaded."""
+  from_config_dict(c)
   o = c.opd
   if c.loss.objective != "agentic_opd":
     raise ValueError(f"loss.objective must be 'agentic_opd' for method=agentic_opd, got {c.loss.objective!r}")
-  if o.scheduler not in SCHEDULERS:
-    raise ValueError(f"opd.scheduler: unknown {o.scheduler!r}; choose one of {sorted(SCHEDULERS)}")
-  if o.lad not in LAD_CHOICES:
-    raise ValueError(f"opd.lad must be one of {LAD_CHOICES}, got {o.lad!r}")
   if o.selection_interval < 1 or o.selection_interval % c.validation.every:
     raise ValueError(f"opd.selection_interval ({o.selection_interval}) must be a positive multiple of "
                      f"validation.every ({c.validation.every}): a teacher is re-selected after a student validation")

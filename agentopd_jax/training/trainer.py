@@ -35,7 +35,6 @@ from agentopd_jax.models import transformer
 from agentopd_jax.models.loading import load_model_and_tokenizer
 from agentopd_jax.objectives.advantages import (SKILL_SHIFT_ESTIMATORS, get_advantage_estimator, informative_groups,
                                                 step_scores)
-from agentopd_jax.objectives.losses import PER_SEQUENCE_MODES
 from agentopd_jax.objectives.registry import LossConfig, get_objective
 from agentopd_jax.parallel import distributed
 from agentopd_jax.parallel.sharding import make_mesh
@@ -47,22 +46,17 @@ from agentopd_jax.sampling.sampler import Sampler, SamplingParams
 from agentopd_jax.scoring.teacher_signals import recompute_behaviour
 from agentopd_jax.storage.checkpoints import CheckpointPool, run_params
 from agentopd_jax.storage.logs import LiveReport, MetricsLogger, NullLogger, plot_curves, progress
-from agentopd_jax.teachers.hindsight import HindsightTeacher, OpidConfig
-from agentopd_jax.teachers.privileged import SkillContext, Teacher, TeacherConfig, episode_skills, signal_metrics
+from agentopd_jax.teachers.hindsight import HindsightTeacher
+from agentopd_jax.teachers.privileged import SkillContext, Teacher, episode_skills, signal_metrics
 from agentopd_jax import faults
-from agentopd_jax.training import data, defaults
-from agentopd_jax.training.train_step import (BadUpdates, OptimConfig, init_state, make_minibatches, make_optimizer,
+from agentopd_jax.training import data
+from agentopd_jax.training.config import RunConfig, from_config_dict
+from agentopd_jax.training.train_step import (BadUpdates, init_state, make_minibatches, make_optimizer,
                                               make_train_step, minibatch_samples)
 
 logger = logging.getLogger(__name__)
 RANDOM_INIT_PRESETS = ("tiny", "small")  # CPU-sized models trained from scratch; larger ones load a checkpoint
 VALIDATION_STREAM = 10**6  # fold_in index of the validation key; GRPO iteration i uses index i
-
-
-def config_dataclass(cls, cfg, **extra):
-  """A frozen dataclass from the ConfigDict fields it declares (the rest of the section is ignored)."""
-  names = {f.name for f in dataclasses.fields(cls)}
-  return cls(**{k: cfg[k] for k in names if k in cfg}, **extra)
 
 
 def _mean_metrics(rows: List[Dict[str, float]]) -> Dict[str, float]:
@@ -86,13 +80,15 @@ def chat_format(c, tokenizer) -> ChatFormat:
   return ChatFormat(tokenizer, c.model.chat_template_kwargs.to_dict())
 
 
-def rollout_engine(c, model, tokenizer, mesh, num_envs: int) -> RolloutEngine:
-  """The configured env, prompts and sampler over `num_envs` env workers (close with `engine.env.close()`)."""
+def rollout_engine(c, model, tokenizer, mesh, num_envs: int, rollout: RolloutConfig | None = None) -> RolloutEngine:
+  """The configured env, prompts and sampler over `num_envs` env workers (close with `engine.env.close()`);
+  `rollout`: the run's typed `rollout` section (built from `c` when not given)."""
   envs = VectorEnv(registry.get(c.env.name).worker(c.env, c.rollout.max_steps), min(c.env.num_workers, num_envs),
                    num_envs, backend=c.env.backend, step_timeout_s=c.env.step_timeout_s,
                    ray_actor_options=c.env.ray_actor_options.to_dict() if c.env.backend == "ray" else None)
   sampler = Sampler(model, tokenizer, pad_id=tokenizer.pad_token_id or 0, mesh=mesh)
-  return RolloutEngine(sampler, tokenizer, envs, text_env_factory(c), config_dataclass(RolloutConfig, c.rollout),
+  return RolloutEngine(sampler, tokenizer, envs, text_env_factory(c),
+                       rollout or from_config_dict(c).rollout,
                        chat_format(c, tokenizer))
 
 
@@ -117,8 +113,6 @@ def base_seed(c) -> int:
   A fixed `sft.seed` gives every run seed the same base model, as RL runs from one pretrained checkpoint share it; the
   run seed then varies what RL varies (rollouts, task draws, validation samples).
   """
-  if c.sft.seed < -1:
-    raise ValueError(f"sft.seed must be >= 0, or -1 to follow `seed`; got {c.sft.seed}")
   return c.sft.seed if c.sft.seed >= 0 else c.seed
 
 
@@ -142,7 +136,7 @@ class Run:
   """Everything a run builds once: model, tokenizer, games, env workers, engines, pool, logger."""
 
   def __init__(self, c):
-    defaults.check_config(c)
+    self.cfg: RunConfig = from_config_dict(c)  # every section typed and checked, before anything loads
     self.c = c
     self.workdir = Path(c.workdir)
     self.primary = distributed.is_primary()
@@ -165,25 +159,20 @@ class Run:
     self.task_share = distributed.share(c.grpo.tasks_per_iteration, "grpo.tasks_per_iteration")
     self.panel_share = distributed.share(len(self.panel), "validation.num_tasks", even=False)
     n_train = (self.task_share.stop - self.task_share.start) * c.grpo.group_size
-    self.train_engine = rollout_engine(c, self.model, self.tokenizer, self.local_mesh, n_train)
+    self.train_engine = rollout_engine(c, self.model, self.tokenizer, self.local_mesh, n_train, self.cfg.rollout)
     self.val_engine = rollout_engine(c, self.model, self.tokenizer, self.local_mesh,
-                                     (self.panel_share.stop - self.panel_share.start) * c.validation.attempts)
+                                     (self.panel_share.stop - self.panel_share.start) * c.validation.attempts,
+                                     self.cfg.rollout)
     self.pool = CheckpointPool(self.workdir / "checkpoints", keep=c.checkpoint.keep or None)
     self.live = LiveReport()
     self.log = (MetricsLogger(self.workdir / "logs", use_tensorboard=c.logging.tensorboard, on_log=self.live)
                 if self.primary else NullLogger())
-    self.loss_cfg = config_dataclass(LossConfig, c.loss)
-    if c.pack_width < 0 or (c.pack_width and self.loss_cfg.loss_agg_mode in PER_SEQUENCE_MODES):
-      raise ValueError(f"pack_width={c.pack_width}: packing needs pack_width > 0 and a loss.loss_agg_mode other than "
-                       f"{PER_SEQUENCE_MODES} (a packed row is not one sequence); got {self.loss_cfg.loss_agg_mode!r}. "
-                       f"Set pack_width=0 for one sample per row")
-    self.optimizer = make_optimizer(config_dataclass(OptimConfig, c.optim))
-    self.bad_updates = BadUpdates(c.optim.max_bad_updates)
+    self.loss_cfg = self.cfg.loss
+    self.optimizer = make_optimizer(self.cfg.optim)
+    self.bad_updates = BadUpdates(self.cfg.optim.max_bad_updates)
     self.use_reference = self.loss_cfg.kl_coef > 0
-    if not c.rollout.temperature > 0:
-      raise ValueError(f"rollout.temperature must be > 0 (a group's rollouts must differ), got {c.rollout.temperature}")
     self.train_step = make_train_step(self.model, self.loss_cfg, self.optimizer, self.mesh, self.use_reference,
-                                      temperature=c.rollout.temperature)
+                                      temperature=self.cfg.rollout.temperature)
     self.key = jax.random.key(c.seed)
     self.objective = get_objective(self.loss_cfg.objective)
     self.skills, self.teacher = self._skills_and_teacher()
@@ -194,7 +183,7 @@ class Run:
     it: teacher signals for SDAR and its baselines, skills in the student's prompt for Skill-GRPO."""
     c = self.c
     wants_teacher = self.objective.teacher_top_k is not None
-    teacher_cfg = config_dataclass(TeacherConfig, c.teacher)
+    teacher_cfg = self.cfg.teacher
     skills = None
     if self.objective.student_skills or (wants_teacher and teacher_cfg.context == "skills"):
       skills = SkillContext(c.env.name, c.skills.bank_dir, c.skills.retrieval, c.seed, c.skills.ucb_c)
@@ -213,7 +202,7 @@ class Run:
     if c.rollout.layout != "step":
       raise ValueError(f"grpo.advantage={c.grpo.advantage!r} (OPID) needs rollout.layout='step', got "
                        f"{c.rollout.layout!r}: its skills are scored per env step")
-    return HindsightTeacher(config_dataclass(OpidConfig, c.opid), c.env.name, c.env, self.model,
+    return HindsightTeacher(self.cfg.opid, c.env.name, c.env, self.model,
                             self.train_engine.chat, c.rollout.max_prompt_tokens)
 
   def finish(self, **extra) -> Dict:
@@ -241,12 +230,11 @@ class Run:
     `sft.train_on_prompt`."""
     c = self.c
     demos = self.demonstrations()  # every process replays them all (a cheap, deterministic replay)
-    if c.sft.lr_schedule not in ("cosine", "constant"):
-      raise ValueError(f"sft.lr_schedule must be 'cosine' or 'constant', got {c.sft.lr_schedule!r}")
     decay = max(c.sft.steps - c.sft.warmup_steps, 0) if c.sft.lr_schedule == "cosine" else 0
-    optimizer = make_optimizer(OptimConfig(learning_rate=c.sft.learning_rate, warmup_steps=c.sft.warmup_steps,
-                                           decay_steps=decay,
-                                           weight_decay=c.optim.weight_decay, grad_clip=c.optim.grad_clip))
+    # The run's AdamW (weight decay, clipping, betas) with the warm start's own rate and schedule.
+    optimizer = make_optimizer(dataclasses.replace(self.cfg.optim, learning_rate=c.sft.learning_rate,
+                                                   warmup_steps=c.sft.warmup_steps, decay_steps=decay,
+                                                   final_lr_ratio=0.1))
     step_fn = make_train_step(self.model, LossConfig(objective="sft"), optimizer, self.mesh)
     state = init_state(jax.tree.map(jnp.copy, self.init_params), optimizer, mesh=self.mesh, model=self.model)
     bad_updates = BadUpdates(c.optim.max_bad_updates)
@@ -297,8 +285,6 @@ class Run:
 
     demos = play(games, c.sft.expert)
     fraction = c.sft.skill_fraction
-    if not 0.0 <= fraction <= 1.0:
-      raise ValueError(f"sft.skill_fraction must be in [0, 1], got {fraction}")
     if not fraction:
       return demos
     skilled = [g for i, g in enumerate(games) if int((i + 1) * fraction) > int(i * fraction)]

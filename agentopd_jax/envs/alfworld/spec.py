@@ -8,6 +8,7 @@ seeds. The built-in tokenizer's default corpus already holds ALFWorld's names an
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -18,7 +19,7 @@ from typing import List, Optional, Tuple
 
 from agentopd_jax.envs import datafiles
 from agentopd_jax.envs.alfworld.text import AlfworldText
-from agentopd_jax.envs.registry import EnvSpec, ReportSpec, SkillSpec, register, shipped_skill_bank
+from agentopd_jax.envs.registry import EnvCommon, EnvSpec, ReportSpec, SkillSpec, register, shipped_skill_bank
 
 # Checked in this order and the first substring hit wins, as in verl-agent ("pick_and_place" also catches
 # "pick_and_place_simple", the directory prefix of task type 1).
@@ -125,8 +126,26 @@ def skill_query(gamefile: str) -> dict:
   return {"gamefile": gamefile}
 
 
+@dataclasses.dataclass(frozen=True)
+class AlfworldConfig(EnvCommon):
+  """The run config's `env` section for ALFWorld."""
+  name: str = "alfworld"
+  engine: str = "fast"                 # "fast" (pure Python) or "textworld" (the real engine)
+  data_root: str = ""                  # "" -> generate games into <cache>/alfworld_generated/
+  generate_seed: int = 0               # the generated games are fixed across run seeds, like a benchmark's
+  generate_train: int = 1200           # games generated per split when data_root is empty (1200: ~10 s)
+  generate_valid: int = 64
+  generate_scenes: Tuple[int, ...] = (225,)  # generate in these ALFRED scenes only (a living room, 8 receptacles)
+  generate_distractors: Tuple[int, ...] = (1, 2)  # (min, max) other object types per generated game (benchmark: 6-12)
+  generate_home_prob: float = 0.7      # each task object starts at its home (the main table) with this chance;
+                                       # 0: uniform
+  train_split: str = "train"
+  valid_split: str = "valid_seen"      # alfworld's eval_in_distribution
+  task_types: Tuple[str, ...] = ("pick_and_place_simple", "look_at_obj_in_light")
+
+
 SPEC = register(EnvSpec(
-    name="alfworld", tasks=games, worker=worker, text_env=AlfworldText, experts=EXPERTS,
+    name="alfworld", config=AlfworldConfig, tasks=games, worker=worker, text_env=AlfworldText, experts=EXPERTS,
     expert=lambda env_cfg, name: functools.partial(expert_actions, expert=name),
     skills=SkillSpec(bank=shipped_skill_bank("alfworld"), rule="gamefile", query=skill_query), hindsight=hindsight,
     task_group=alfworld_task_type, report=REPORT))

@@ -7,13 +7,14 @@ Questions come from the bundled encyclopedia's train/test splits (`env.world_see
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from typing import List, Optional, Tuple
 
 import numpy as np
 
-from agentopd_jax.envs.registry import EnvSpec, ReportSpec, SkillSpec, register, shipped_skill_bank
+from agentopd_jax.envs.registry import EnvCommon, EnvSpec, ReportSpec, SkillSpec, register, shipped_skill_bank
 from agentopd_jax.envs.search.text import SearchText
 
 TOKENIZER_MAX_DOCS = 50_000  # a real wiki-18 corpus has 21 M passages; its first ones are plenty for a small BPE
@@ -101,8 +102,29 @@ def data_source(task) -> str:
   return task.data_source
 
 
+@dataclasses.dataclass(frozen=True)
+class SearchConfig(EnvCommon):
+  """The run config's `env` section for search-QA."""
+  name: str = "search"
+  history_length: int = 4
+  invalid_penalty: float = 0.01
+  search_url: str = ""                 # "" -> an in-process BM25 index per env worker
+  corpus: str = ""                     # wiki-18 style JSONL; "" -> the bundled encyclopedia of world_seed
+  world_seed: int = 0                  # the encyclopedia and questions are fixed across run seeds, like a dataset
+  train_file: str = ""                 # Search-R1 parquet/JSONL rows; "" -> the bundled train split
+  test_file: str = ""
+  # The test sources of the validation panel (() = all seven): on CPU the two Search-R1 trains on, since the tiny
+  # model learns no other style.
+  valid_sources: Tuple[str, ...] = ("nq", "hotpotqa")
+  topk: int = 3
+  search_timeout_s: float = 60.0       # search_url: each request's timeout, and
+  search_retries: int = 6              # its retries (exponential back-off 0.5 s ... 8 s: 23.5 s of waits in all)
+  obs_format: str = "verl-agent"       # or "search-r1" (its loop and <information> text)
+  max_turns: int = 4
+
+
 SPEC = register(EnvSpec(
-    name="search", tasks=questions, worker=worker, text_env=SearchText, experts=("oracle",),
+    name="search", config=SearchConfig, tasks=questions, worker=worker, text_env=SearchText, experts=("oracle",),
     expert=lambda env_cfg, name: functools.partial(_oracle, env_kwargs(env_cfg)), tokenizer_corpus=tokenizer_corpus,
     skills=SkillSpec(bank=shipped_skill_bank("search"), rule="search", query=skill_query), hindsight=hindsight,
     task_group=data_source, report=REPORT))

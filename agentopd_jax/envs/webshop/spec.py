@@ -7,10 +7,12 @@ ASIN a whole word, so a tiny policy can copy product ids. bm25s and rapidfuzz ar
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import List, Optional, Tuple
 
-from agentopd_jax.envs.registry import EnvSpec, ReportSpec, SkillSpec, no_skill_query, register, shipped_skill_bank
+from agentopd_jax.envs.registry import (EnvCommon, EnvSpec, ReportSpec, SkillSpec, no_skill_query, register,
+                                       shipped_skill_bank)
 from agentopd_jax.envs.webshop.text import WebshopText
 
 
@@ -77,8 +79,25 @@ def tokenizer_corpus(env_cfg) -> Tuple[List[str], List[str]]:
   return texts, asins
 
 
+@dataclasses.dataclass(frozen=True)
+class WebshopConfig(EnvCommon):
+  """The run config's `env` section for WebShop."""
+  name: str = "webshop"
+  history_length: int = 4              # the compact history lists actions only, so 4 of them cost ~60 tokens
+  num_products: int = 1000             # generated catalogue size (WebShop's small setting has 1000 products)
+  catalog_seed: int = 0                # the catalogue and goals are fixed across run seeds, like the real site
+  data_dir: str = ""                   # WebShop's items_*.json folder; "" -> the generated catalogue
+  human_goals: bool = False            # human instructions (needs data_dir with items_human_ins.json)
+  reward: str = "score"                # 10 x WebShop's graded score ("success": verl-agent's 10 iff the score is 1.0):
+                                       # the warm start rarely buys perfectly, but its purchases score 0.3-0.8
+  thefuzz: str = "0.19"                # the reward's fuzzy matching: thefuzz 0.19 (WebShop's and verl-agent's pin) or
+                                       # "0.20" (thefuzz >= 0.20 on rapidfuzz); they differ near the 85 threshold
+  nouns: str = "auto"                  # r_type's nouns: spaCy en_core_web_sm when installed ("auto"), "spacy"
+                                       # (required) or "stand-in" (docs/webshop.md)
+
+
 SPEC = register(EnvSpec(
-    name="webshop", tasks=goals, worker=worker, text_env=WebshopText, experts=EXPERTS,
+    name="webshop", config=WebshopConfig, tasks=goals, worker=worker, text_env=WebshopText, experts=EXPERTS,
     expert=lambda env_cfg, name: functools.partial(_shopper, shop_args(env_cfg), name),
     text_options=lambda env_cfg: {"reward": env_cfg.reward}, tokenizer_corpus=tokenizer_corpus,
     # SDAR types a WebShop task by keywords of its prompt alone (goal indices carry nothing it reads).

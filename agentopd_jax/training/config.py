@@ -1,0 +1,345 @@
+"""The run config: typed frozen sections, their defaults, and the ConfigDict the command line overrides.
+
+Each section is a frozen dataclass next to the code that reads it (`rollout.engine.RolloutConfig`,
+`training.train_step.OptimConfig`, `objectives.registry.LossConfig`, the env's `EnvSpec.config`, ...) or, for the
+trainer's own sections, here. `RunConfig` holds one of each plus the top-level fields, and its field defaults are
+the CPU default run's values (the paper presets override them in `training.presets`).
+
+  c = to_config_dict(RunConfig(env=AlfworldConfig()))   # the ConfigDict: `--config.rollout.max_steps=20` etc.
+  cfg = from_config_dict(c)                              # RunConfig: every section built and checked
+
+`to_config_dict` gives each field the ConfigDict type of its annotation (ml_collections then refuses a string in an
+int field and turns an int into a float in a float field), and `from_config_dict` turns any bad field into one
+ValueError that starts with its dotted name (`grpo.group_size: ...`), before anything is loaded or spawned.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+import types
+import typing
+from typing import Any, Dict, Tuple
+
+import ml_collections
+
+from agentopd_jax.envs import registry
+from agentopd_jax.envs.registry import EnvCommon
+from agentopd_jax.models.loading import ModelSpec
+from agentopd_jax.models.tokenizer import BuiltinTokenizerConfig
+from agentopd_jax.objectives.advantages import ADVANTAGE_ESTIMATORS
+from agentopd_jax.objectives.losses import PER_SEQUENCE_MODES
+from agentopd_jax.objectives.registry import LossConfig
+from agentopd_jax.rollout.engine import RolloutConfig
+from agentopd_jax.skills.retrieval import SkillsConfig
+from agentopd_jax.teachers.hindsight import OpidConfig
+from agentopd_jax.teachers.opd import OpdConfig
+from agentopd_jax.teachers.privileged import TeacherConfig
+from agentopd_jax.training.train_step import OptimConfig
+
+METHODS = ("grpo", "agentic_opd")
+LR_SCHEDULES = ("cosine", "constant")
+
+
+def _at_least(section: str, obj, least: Dict[str, int]) -> None:
+  """Each named integer field of `obj` is an int >= its least value; else a ValueError naming `section.field`.
+  ml_collections refuses values of the wrong type, but group_size 0 or a negative batch would fail deep in a shape
+  error, or not at all."""
+  for name, low in least.items():
+    value = getattr(obj, name)
+    if type(value) is not int or value < low:
+      raise ValueError(f"{section}.{name} must be an integer >= {low}, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class SftConfig:
+  """The SFT warm start on expert demonstrations (`training.trainer.Run.sft`)."""
+  steps: int = 330                     # 0 skips the warm start
+  seed: int = 0                        # the warm start's seed (init, batch order): fixed, so every run seed starts RL
+                                       # from one base model, as runs from a pretrained checkpoint do; -1: `seed`
+  demos: int = 1200                    # expert episodes from the training split (diverse demos generalise)
+  batch_size: int = 16                 # small batches, many steps: copying from the context forms with steps
+  micro_batch_size: int = 16           # rows per micro-batch
+  learning_rate: float = 2e-3
+  warmup_steps: int = 10
+  lr_schedule: str = "cosine"          # "cosine" (decays to 0.1x by the last step) or "constant"
+  train_on_prompt: bool = True         # loss on every token of a demonstration, not only on the replies
+  reply_weight: float = 20.0           # with train_on_prompt: loss weight of reply tokens relative to the rest
+  expert: str = "explorer"             # one of the env spec's experts; ALFWorld's: "explorer" (searches; imitable)
+                                       # or "planner"
+  mistake_rate: float = 0.0            # recovery demonstrations: P(a stale action, answered "Nothing happens.", is
+                                       # played before an expert action); the mistake is not imitated (ALFWorld)
+  skill_fraction: float = 0.0          # this share of the demo tasks also gets a demonstration behind SDAR's privileged
+                                       # skill prompt, so the self-teacher learns to read skills (0: none)
+  skill_expert: str = ""               # the expert of those demonstrations ("": sft.expert), one that does what the
+                                       # skills say
+  max_demo_steps: int = 0              # expert episodes must win within this many steps (0: rollout.max_steps, so
+                                       # the warm start imitates only episodes the policy's horizon can finish)
+
+  def __post_init__(self):
+    _at_least("sft", self, {"steps": 0, "demos": 0, "batch_size": 1, "micro_batch_size": 1, "warmup_steps": 0,
+                            "max_demo_steps": 0})
+    if self.seed < -1:
+      raise ValueError(f"sft.seed must be >= 0, or -1 to follow `seed`; got {self.seed}")
+    if self.lr_schedule not in LR_SCHEDULES:
+      raise ValueError(f"sft.lr_schedule must be 'cosine' or 'constant', got {self.lr_schedule!r}")
+    if not 0.0 <= self.skill_fraction <= 1.0:
+      raise ValueError(f"sft.skill_fraction must be in [0, 1], got {self.skill_fraction}")
+
+
+@dataclasses.dataclass(frozen=True)
+class GrpoConfig:
+  """GRPO's iterations, task draw, groups, advantage and batching."""
+  iterations: int = 8
+  tasks_per_iteration: int = 4
+  group_size: int = 8                  # 8 attempts per task: groups with a win are common at ~10 % success
+  advantage: str = "grpo"              # registry key: "grpo" (mean_std_norm) or "grpo_mean_norm"; "opid" /
+                                       # "opid_mean_norm": the same plus OPID's skill log-prob shift (`opid.*`)
+  filter_groups: bool = False          # DAPO dynamic sampling: train only on groups whose episodes' rewards differ
+  task_phases: str = ""                # a task mix that shifts: "groupA@1,groupB@9" draws iterations 1-8 from group
+                                       # A's training tasks, 9- from B's ("a+b": both; groups as in
+                                       # val/<group>_success_rate: ALFWorld task types, search data sources); "": every
+                                       # iteration, the whole pool
+  mini_batch_size: int = 160           # samples per optimizer step (rows padded up to a multiple)
+  micro_batch_size: int = 16           # rows per micro-batch (a packed row holds several samples)
+
+  def __post_init__(self):
+    _at_least("grpo", self, {"iterations": 0, "tasks_per_iteration": 1, "group_size": 1, "mini_batch_size": 1,
+                             "micro_batch_size": 1})
+    if self.advantage not in ADVANTAGE_ESTIMATORS:
+      raise ValueError(f"grpo.advantage must be one of {sorted(ADVANTAGE_ESTIMATORS)}, got {self.advantage!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ValidationConfig:
+  num_tasks: int = 48                  # the fixed panel: the first N tasks of the validation split
+  attempts: int = 2                    # episodes per panel problem (pass@k needs k <= attempts)
+  temperature: float = 0.4             # 0: greedy
+  every: int = 4                       # GRPO iterations between validations; each one saves a checkpoint
+
+  def __post_init__(self):
+    _at_least("validation", self, {"num_tasks": 1, "attempts": 1, "every": 1})
+    if not self.temperature >= 0:
+      raise ValueError(f"validation.temperature must be >= 0, got {self.temperature}")
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointConfig:
+  keep: int = 0                        # 0 keeps every checkpoint (the teacher pool); k keeps the newest k + best
+
+  def __post_init__(self):
+    _at_least("checkpoint", self, {"keep": 0})
+
+
+@dataclasses.dataclass(frozen=True)
+class LoggingConfig:
+  tensorboard: bool = True
+  plot: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class DistributedConfig:
+  """Multi-host (docs/scale_out.md): one process per host, each running the same command. Set the three fields, or
+  leave them and let `auto` find SLURM, Open MPI, a TPU slice or JAX_COORDINATOR_ADDRESS."""
+  coordinator_address: str = ""        # "host:port" of process 0
+  num_processes: int = 1
+  process_id: int = 0
+  auto: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+  """A whole run: the top-level fields and one field per section. `env` is the env's own section class
+  (`registry.get(name).config`), so a RunConfig is built for one env: `RunConfig(env=AlfworldConfig())`."""
+  env: EnvCommon
+  seed: int = 0
+  workdir: str = "runs/cpu"
+  method: str = "grpo"                 # "grpo" or "agentic_opd" (the `agentic_opd` variant: distil a GRPO run's pool)
+  mesh_shape: Tuple[int, ...] = (-1, 1, 1)  # (data, fsdp, tensor)
+  warm_start_run: str = ""             # a run folder: its step-0 checkpoint (the warm start) is this run's start, no
+                                       # SFT (methods compared from one warm start; the model config must match)
+  warm_start_step: str = "0"           # which checkpoint of warm_start_run: "0" (its warm start), "best", "latest" or
+                                       # a step (continued GRPO from where a run ended, against Agentic-OPD's student)
+  pack_width: int = 512                # training rows hold several samples, up to this many tokens (rows widen to the
+                                       # longest sample); 0: one sample per row. Not with the seq-mean-token-mean
+                                       # or seq-mean-token-sum loss_agg_mode (a packed row is not one sequence)
+  tokenizer_path: str = ""             # "" -> model.path's tokenizer, else the built-in one
+  model: ModelSpec = dataclasses.field(default_factory=ModelSpec)
+  builtin_tokenizer: BuiltinTokenizerConfig = dataclasses.field(default_factory=BuiltinTokenizerConfig)
+  rollout: RolloutConfig = dataclasses.field(default_factory=RolloutConfig)
+  sft: SftConfig = dataclasses.field(default_factory=SftConfig)
+  grpo: GrpoConfig = dataclasses.field(default_factory=GrpoConfig)
+  loss: LossConfig = dataclasses.field(default_factory=LossConfig)
+  skills: SkillsConfig = dataclasses.field(default_factory=SkillsConfig)
+  teacher: TeacherConfig = dataclasses.field(default_factory=TeacherConfig)
+  opid: OpidConfig = dataclasses.field(default_factory=OpidConfig)
+  optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
+  validation: ValidationConfig = dataclasses.field(default_factory=ValidationConfig)
+  checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
+  logging: LoggingConfig = dataclasses.field(default_factory=LoggingConfig)
+  distributed: DistributedConfig = dataclasses.field(default_factory=DistributedConfig)
+  opd: OpdConfig = dataclasses.field(default_factory=OpdConfig)
+
+  def __post_init__(self):
+    """The checks that read more than one section."""
+    if self.method not in METHODS:
+      raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+    if len(self.mesh_shape) != 3 or any(type(n) is not int or n == 0 or n < -1 for n in self.mesh_shape):
+      raise ValueError(f"mesh_shape must be 3 positive integers (data, fsdp, tensor), one of them may be -1; "
+                       f"got {tuple(self.mesh_shape)}")
+    if self.pack_width < 0 or (self.pack_width and self.loss.loss_agg_mode in PER_SEQUENCE_MODES):
+      raise ValueError(f"pack_width={self.pack_width}: packing needs pack_width > 0 and a loss.loss_agg_mode other "
+                       f"than {PER_SEQUENCE_MODES} (a packed row is not one sequence); got "
+                       f"{self.loss.loss_agg_mode!r}. Set pack_width=0 for one sample per row")
+    if self.loss.objective == "agentic_opd" and self.method != "agentic_opd":
+      raise ValueError(f"loss.objective='agentic_opd' needs method='agentic_opd', got method={self.method!r}: the "
+                       "objective takes its top-k ids (and the sampled-token variant its student log-probs) from the "
+                       "live policy, which is π_old only while one optimizer step is taken per batch, as the "
+                       "Agentic-OPD trainer does; the GRPO trainer takes one per grpo.mini_batch_size samples")
+
+
+# ------------------------------------------------------------------------------------------- the ConfigDict side
+
+
+@functools.lru_cache(maxsize=None)
+def _hints(cls) -> Dict[str, Any]:
+  return typing.get_type_hints(cls)
+
+
+def _unwrap_optional(tp) -> Tuple[Any, bool]:
+  """(the type inside Optional[...], whether it was Optional)."""
+  if typing.get_origin(tp) in (typing.Union, types.UnionType):
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if len(args) == 1 and len(typing.get_args(tp)) == 2:
+      return args[0], True
+  return tp, False
+
+
+def _plain(tp):
+  """The ConfigDict type of annotation `tp`: tuple, dict, or the class itself."""
+  origin = typing.get_origin(tp)
+  if origin in (tuple, typing.Tuple):
+    return tuple
+  if origin in (dict, typing.Dict) or tp in (dict, typing.Dict) or origin is typing.Mapping:
+    return dict
+  return tp
+
+
+def _to_value(tp, value):
+  inner, optional = _unwrap_optional(tp)
+  plain = _plain(inner)
+  if value is None:
+    return ml_collections.FieldReference(None, field_type=plain)
+  if dataclasses.is_dataclass(value):
+    return to_config_dict(value)
+  if plain is dict:
+    return ml_collections.ConfigDict(dict(value))
+  if plain is float and type(value) is int:
+    return float(value)
+  if plain is tuple:
+    return tuple(value)
+  return value
+
+
+def to_config_dict(cfg) -> ml_collections.ConfigDict:
+  """The nested ConfigDict of dataclass `cfg` (a RunConfig or one section), each field typed by its annotation: a
+  None default is a FieldReference of the annotated type, float fields hold floats, tuples stay tuples and free-form
+  mapping fields (model.chat_template_kwargs, env.ray_actor_options) are ConfigDicts."""
+  hints = _hints(type(cfg))
+  c = ml_collections.ConfigDict()
+  for f in dataclasses.fields(cfg):
+    c[f.name] = _to_value(hints[f.name], getattr(cfg, f.name))
+  return c
+
+
+def _from_value(path: str, tp, value):
+  """`value` (a ConfigDict leaf) as annotation `tp` asks, or a TypeError naming `path`."""
+  inner, optional = _unwrap_optional(tp)
+  if value is None:
+    if optional:
+      return None
+    raise TypeError(f"{path}: must not be None")
+  plain = _plain(inner)
+  if plain is dict:
+    if isinstance(value, (ml_collections.ConfigDict, ml_collections.FrozenConfigDict)):
+      return value.to_dict()
+    if isinstance(value, dict):
+      return dict(value)
+  elif plain is tuple:
+    if isinstance(value, (tuple, list)):
+      return tuple(value)
+  elif plain is float:
+    if type(value) in (int, float):
+      return float(value)
+  elif plain in (int, bool, str):
+    if type(value) is plain:
+      return value
+  else:
+    return value
+  raise TypeError(f"{path}: expected {plain.__name__}, got {type(value).__name__} {value!r}")
+
+
+def _field_of(message: str, section: str, cls) -> str:
+  """The dotted field an error message of section `section` (class `cls`; "" for the top level) is about: the first
+  `section.field`, `Class.field` or bare field name it mentions (at the top level, also any `section.field` of the
+  run config), else the section."""
+  prefix = f"{section}." if section else ""
+  candidates = []  # (regex, dotted path)
+  for f in dataclasses.fields(cls):
+    path = prefix + f.name
+    candidates += [(rf"\b{re.escape(owner)}\.{f.name}\b", path) for owner in filter(None, (section, cls.__name__))]
+    candidates.append((rf"(?<![\w.]){f.name}\b", path))
+    if not section and dataclasses.is_dataclass(_hints(cls)[f.name]):
+      candidates += [(rf"\b{f.name}\.{g.name}\b", f"{f.name}.{g.name}")
+                     for g in dataclasses.fields(_hints(cls)[f.name])]
+  found = [(m.start(), -len(m.group(0)), path) for regex, path in candidates for m in [re.search(regex, message)] if m]
+  return min(found)[2] if found else (section or "config")
+
+
+def _named(path: str, error: Exception) -> ValueError:
+  message = str(error)
+  return ValueError(message if message.startswith(f"{path}:") else f"{path}: {message}")
+
+
+def _build(section: str, cls, c, **fixed):
+  """`cls` from ConfigDict section `c` (every field checked and converted), or one ValueError naming the field."""
+  hints = _hints(cls)
+  names = {f.name for f in dataclasses.fields(cls)}
+  prefix = f"{section}." if section else ""
+  kwargs = dict(fixed)
+  for key in c.keys():
+    if key in fixed:
+      continue
+    if key not in names:
+      raise ValueError(f"{prefix}{key}: unknown field of {section or 'the run config'} ({cls.__name__})")
+    try:
+      kwargs[key] = _from_value(prefix + key, hints[key], c[key])
+    except (TypeError, ValueError) as e:
+      raise _named(prefix + key, e) from None
+  try:
+    return cls(**kwargs)
+  except (TypeError, ValueError) as e:
+    raise _named(_field_of(str(e), section, cls), e) from None
+
+
+def _section_classes() -> Dict[str, type]:
+  hints = _hints(RunConfig)
+  return {f.name: hints[f.name] for f in dataclasses.fields(RunConfig) if dataclasses.is_dataclass(hints[f.name])}
+
+
+def from_config_dict(c: ml_collections.ConfigDict) -> RunConfig:
+  """The RunConfig of run config `c`: every section built from its fields and checked (types, ranges, registry
+  names, the checks across sections). Any bad field is one ValueError that starts with `section.field:`."""
+  sections = _section_classes()
+  if "env" not in c or "name" not in c.env:
+    raise ValueError("env.name: the run config has no env section")
+  try:
+    env_cls = registry.get(c.env.name).config
+  except ValueError as e:
+    raise _named("env.name", e) from None
+  built = {"env": _build("env", env_cls, c.env)}
+  for name, cls in sections.items():
+    if name != "env" and name in c:
+      built[name] = _build(name, cls, c[name])
+  top = {k: c[k] for k in c.keys() if k not in sections}
+  return _build("", RunConfig, top, **built)
