@@ -1,14 +1,13 @@
-"""The values every preset resolves to, recorded before the config defaults moved into dataclasses
-(docs/architecture.md; design §4): `get_config(variant)` of each `configs/<env>.py` variant (cpu, agentic_opd, opid,
-the SDAR-family methods, the paper models, <method>_<model>, opid_<model>, ALFWorld's forgetting) and of
-configs/sample.py must give exactly the values and types of tests/fixtures/config_values.json.
+"""The values every preset resolves to (docs/architecture.md): `get_config(variant)` of each `configs/<env>.py` variant
+(cpu, agentic_opd, opid, the SDAR-family methods, the paper models, <method>_<model>, opid_<model>, ALFWorld's
+forgetting) and of configs/sample.py must give exactly the values and types of tests/fixtures/config_values.json, so
+a change to where or how the defaults are written cannot move a value unnoticed.
 
-A change to a default must update the fixture deliberately. Regenerate it from the current tree (the same entries):
+A change to a default must update the fixture deliberately. Regenerate it from the current tree:
 
-  PYTHONPATH=. python tests/test_config_values.py
+  python tests/test_config_values.py          # --out writes elsewhere
 
-(`--enumerate` rebuilds the entry list from training/defaults.py's variant names, for the pre-redesign tree; `--out`
-writes elsewhere.) The fixture holds, per "configs/x.py:variant" ("configs/sample.py": its `get_config()`), `values`:
+The fixture holds, per "configs/x.py:variant" ("configs/sample.py": its `get_config()`), `values`:
 every leaf field by dotted path (tuples as lists, floats as floats, so JSON keeps int/float/str/bool/None apart; an
 empty sub-ConfigDict as {}), and `types`: the ConfigDict's own type (`get_type`, a FieldReference's field_type) of
 the fields whose JSON value does not say it: lists (tuple or list), None and {}.
@@ -75,12 +74,12 @@ def record(entry, root=ROOT):
 
 
 def enumerate_entries():
-  """Every variant `select_variant` accepts, from the pre-redesign training/defaults.py."""
-  from agentopd_jax.training import defaults
+  """Every variant `select_variant` accepts (`training.presets`), for every env config."""
+  from agentopd_jax.training import presets
 
-  models = sorted(defaults.PAPER_MODELS)
-  variants = (["cpu", "agentic_opd", "opid"] + list(defaults.SKILL_METHODS) + models
-              + [f"{m}_{p}" for m in defaults.SKILL_METHODS for p in models] + [f"opid_{p}" for p in models])
+  models = sorted(presets.PAPER_MODELS)
+  variants = (["cpu", "agentic_opd", "opid"] + list(presets.SKILL_METHODS) + models
+              + [f"{m}_{p}" for m in presets.SKILL_METHODS for p in models] + [f"opid_{p}" for p in models])
   entries = [f"{path}:{v}" for path in ENV_CONFIGS for v in variants + list(EXTRA_VARIANTS.get(path, ()))]
   return entries + list(NO_VARIANT)
 
@@ -123,9 +122,8 @@ def diff(recorded, now):
 ENTRIES = sorted(_fixture()) if os.path.exists(FIXTURE) else []
 
 
-def test_fixture_covers_every_config_file():
-  files = {e.partition(":")[0] for e in ENTRIES}
-  assert files == set(ENV_CONFIGS) | set(NO_VARIANT)
+def test_fixture_covers_every_preset():
+  assert ENTRIES == sorted(enumerate_entries())
   assert len([e for e in ENTRIES if e.startswith("configs/alfworld.py:")]) == 34
 
 
@@ -140,19 +138,12 @@ def main(argv):
 
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--out", default=FIXTURE)
-  parser.add_argument("--enumerate", action="store_true",
-                      help="entries from training/defaults.py's variant names, not the existing fixture's")
   args = parser.parse_args(argv)
   # The tree whose configs are recorded is the one `agentopd_jax` is imported from (PYTHONPATH).
   import agentopd_jax
 
   root = os.path.dirname(os.path.dirname(os.path.abspath(agentopd_jax.__file__)))
-  if args.enumerate or not os.path.exists(args.out):
-    entries = enumerate_entries()
-  else:
-    with open(args.out) as f:
-      entries = sorted(json.load(f))
-  out = {entry: record(entry, root) for entry in entries}
+  out = {entry: record(entry, root) for entry in enumerate_entries()}
   os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
   with open(args.out, "w") as f:
     json.dump(out, f, indent=1, sort_keys=True, allow_nan=False)
