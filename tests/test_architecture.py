@@ -263,3 +263,51 @@ def test_checker_finds_each_kind_of_problem(fixture_root):
   assert circles(edges, frozenset({("pkg.low.b", "pkg.low.a"), ("pkg.envs.hindsight", "pkg.envs.spec")})) == []
   assert len(layer_violations(edges, layer_table(FIXTURE_LAYERS), "pkg", frozenset({("pkg.side.z", "pkg.other.x")})))\
       == 1
+
+
+# Circles and upward or sideways imports between real module names, each built in a scratch package of just its
+# files: the checker, with the real LAYERS, reports every one.
+REGRESSIONS = {
+  "objectives registry <-> distill": ({
+    "objectives/registry.py": "from agentopd_jax.objectives.distill import agentic_opd_loss\n",
+    "objectives/distill.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                             "  from agentopd_jax.objectives.registry import LossConfig\n"}, "circle"),
+  "training defaults <-> trainer": ({
+    "training/defaults.py": "def check_config(c):\n  from agentopd_jax.training.trainer import config_dataclass\n",
+    "training/trainer.py": "from agentopd_jax.training import defaults\n"}, "circle"),
+  "search spec <-> hindsight": ({
+    "envs/search/spec.py": "def hindsight(c):\n  from agentopd_jax.envs.search.hindsight import reviewer\n",
+    "envs/search/hindsight.py": "from agentopd_jax.envs.search.spec import env_kwargs\n"}, "circle"),
+  "webshop spec <-> hindsight": ({
+    "envs/webshop/spec.py": "def hindsight(c):\n  from agentopd_jax.envs.webshop.hindsight import reviewer\n",
+    "envs/webshop/hindsight.py": "from agentopd_jax.envs.webshop.spec import shop_args\n"}, "circle"),
+  "teachers -> training checkpoints": ({
+    "teachers/pool.py": "from agentopd_jax.training.checkpoints import CheckpointPool\n",
+    "training/checkpoints.py": ""}, "up"),
+  "teachers -> serve": ({
+    "teachers/hindsight.py": "from agentopd_jax.serve.__main__ import API_KEY_ENV\n", "serve/__main__.py": ""}, "up"),
+  "parallel -> training": ({
+    "parallel/memory.py": "from agentopd_jax.training import train_step\n", "training/train_step.py": ""}, "up"),
+  "scoring -> rollout": ({
+    "scoring/teacher_signals.py": "from agentopd_jax.rollout.batch import collate\n", "rollout/batch.py": ""}, "up"),
+  "objectives -> rollout": ({
+    "objectives/registry.py": "from ..rollout.batch import TrainBatch\n", "rollout/batch.py": ""}, "sideways"),
+  "eval -> training": ({
+    "eval/compare.py": "from agentopd_jax.training.logging import read_metrics\n", "training/logging.py": ""}, "up"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REGRESSIONS))
+def test_checker_reports_each_former_problem(tmp_path, name):
+  files, kind = REGRESSIONS[name]
+  for rel in ["__init__.py"] + list(files):
+    for parent in Path(rel).parents:
+      (tmp_path / PACKAGE / parent).mkdir(parents=True, exist_ok=True)
+      (tmp_path / PACKAGE / parent / "__init__.py").touch()
+    (tmp_path / PACKAGE / rel).write_text(files.get(rel, ""))
+  edges, _ = imports(tmp_path)
+  if kind == "circle":
+    assert len(circles(edges)) == 1
+  else:
+    problems = layer_violations(edges, layer_table(LAYERS))
+    assert len(problems) == 1 and f"({kind}:" in problems[0], problems
