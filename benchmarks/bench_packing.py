@@ -47,16 +47,16 @@ def demonstration_steps(n: int):
   from agentopd_jax.envs.verl_agent.corpus import default_corpus
   from agentopd_jax.models.tokenizer import builtin_tokenizer
   from agentopd_jax.rollout.demonstrations import demonstration_samples
-  from agentopd_jax.training import trainer
+  from agentopd_jax.training import assembly
 
   c = alfworld.get_config()
   games, _ = registry.get(c.env.name).tasks(c.env)
-  chat = trainer.chat_format(c, builtin_tokenizer(default_corpus()))
+  chat = assembly.chat_format(c, builtin_tokenizer(default_corpus()))
   samples, used = [], 0
   while len(samples) < n:
     batch = games[used:used + 16]
     used += len(batch)
-    samples += demonstration_samples(trainer.demonstration_env(c), trainer.text_env_factory(c), chat, batch,
+    samples += demonstration_samples(assembly.demonstration_env(c), assembly.text_env_factory(c), chat, batch,
                                      registry.get(c.env.name).expert_policy(c.env, c.sft.expert), c.rollout.layout)
   return samples[:n]
 

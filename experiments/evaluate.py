@@ -26,7 +26,7 @@ from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.envs import registry
 from agentopd_jax.teachers.privileged import SkillContext
 from agentopd_jax.storage.logs import configure_cli_logging
-from agentopd_jax.training.trainer import (
+from agentopd_jax.training.assembly import (
   VALIDATION_STREAM,
   checkpoint_policy,
   model_and_tokenizer,

@@ -18,7 +18,7 @@ from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.rollout.demonstrations import demonstration_samples
 from agentopd_jax.envs import registry
 from agentopd_jax.storage.logs import configure_cli_logging
-from agentopd_jax.training.trainer import chat_format, checkpoint_policy, demonstration_env, text_env_factory
+from agentopd_jax.training.assembly import chat_format, checkpoint_policy, demonstration_env, text_env_factory
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/alfworld.py", "Run config.", lock_config=True)
 _STEP = flags.DEFINE_string("step", "0", "checkpoint step of config.workdir: an integer, 'best' or 'latest'")

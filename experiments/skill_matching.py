@@ -25,7 +25,7 @@ from agentopd_jax.envs import registry
 from agentopd_jax.envs.verl_agent.corpus import default_corpus
 from agentopd_jax.models.tokenizer import apply_chat_template, builtin_tokenizer
 from agentopd_jax.skills import SkillQuery, privileged_prefix, retriever_for
-from agentopd_jax.training.trainer import text_env_factory
+from agentopd_jax.training.assembly import text_env_factory
 
 CONFIGS = {"alfworld": "alfworld", "webshop": "webshop", "search": "searchqa"}
 ROOT = Path(__file__).resolve().parents[1]

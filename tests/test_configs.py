@@ -95,7 +95,7 @@ def test_unknown_override_names_the_field():
 
 def test_warm_start_seed_is_shared_across_run_seeds_unless_minus_one():
   """`sft.seed` fixes the base model's init and SFT order for every run seed; -1 follows the run seed."""
-  from agentopd_jax.training.trainer import base_seed
+  from agentopd_jax.training.assembly import base_seed
   c = _module().get_config()
   seeds = []
   for run_seed in (0, 1, 2):

@@ -42,7 +42,7 @@ def test_variants_build_their_dataclasses(name, variant):
 def test_the_env_timeouts_and_retries_reach_the_workers_and_the_client(monkeypatch):
   """`env.step_timeout_s` (every env) bounds a worker's step; search's `env.search_timeout_s` and `env.search_retries`
   bound a request to the retrieval server (a dead one costs a search their back-off, 23.5 s by default)."""
-  from agentopd_jax.training import trainer
+  from agentopd_jax.training import assembly
 
   c = _config("searchqa")
   c.env.update(step_timeout_s=7.5, search_url="http://127.0.0.1:9/r", search_timeout_s=3.0, search_retries=2)
@@ -55,9 +55,9 @@ def test_the_env_timeouts_and_retries_reach_the_workers_and_the_client(monkeypat
     seen.update(kwargs, env=factory())
     raise Stop
 
-  monkeypatch.setattr(trainer, "VectorEnv", vector_env)
+  monkeypatch.setattr(assembly, "VectorEnv", vector_env)
   with pytest.raises(Stop):
-    trainer.rollout_engine(c, None, None, None, num_envs=2)
+    assembly.rollout_engine(c, None, None, None, num_envs=2)
   client = seen["env"]._client
   assert seen["step_timeout_s"] == 7.5 and (client.timeout_s, client.retries) == (3.0, 2)
   spec = registry.get("search")

@@ -155,7 +155,8 @@ def test_an_env_registered_from_outside_trains_end_to_end(tmp_path, monkeypatch)
   """SFT on the expert's episodes, GRPO, validation and a checkpoint, for an env the package has never heard of;
   its own config field (`env.reward_scale`) reaches its text side through `text_options`."""
   monkeypatch.setenv("AGENTOPD_CACHE", str(tmp_path / "cache"))
-  from agentopd_jax.training.trainer import text_env_factory, train
+  from agentopd_jax.training.assembly import text_env_factory
+  from agentopd_jax.training.trainer import train
 
   registry.register(COUNTDOWN)
   c = presets.cpu_base("countdown")

@@ -295,6 +295,12 @@ def abstract_params(config: ModelConfig):
   return nn.meta.unbox(_abstract_variables(config))["params"]
 
 
+def sharded_abstract_params(config: ModelConfig, mesh):
+  """The params' shapes and dtypes with their mesh shardings: what a checkpoint is restored onto."""
+  return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                      abstract_params(config), param_shardings(config, mesh))
+
+
 def cache_shardings(cache: KVCache, mesh) -> KVCache:
   """NamedShardings for a KV cache on `mesh`: batch over data x fsdp, KV heads over tensor."""
   def named(axes, x):

@@ -1,6 +1,6 @@
 """What `--model` names, ready to serve: a local Hugging Face folder, or a checkpoint of one of our training runs.
 
-A run folder is told apart by its `checkpoints/` pool. Its params come through `trainer.checkpoint_policy`, as
+A run folder is told apart by its `checkpoints/` pool. Its params come through `assembly.checkpoint_policy`, as
 `experiments/evaluate.py` loads them, driven by the run's own `config.json`: so the tokenizer (a built-in one
 included), the chat template kwargs and the model config are the run's, and the served policy is the one that was
 validated. A HF folder goes through `load_model_and_tokenizer` like a run's `model.path`, but must carry its own
@@ -77,7 +77,7 @@ def run_config(run_dir: str) -> ml_collections.ConfigDict:
 
 
 def _run_checkpoint(run_dir: str, step: str, mesh, param_dtype: str, chat_template_kwargs) -> ServedModel:
-  from agentopd_jax.training.trainer import chat_format, checkpoint_policy  # heavy (envs); only runs need it
+  from agentopd_jax.training.assembly import chat_format, checkpoint_policy  # heavy (envs); only runs need it
 
   c = run_config(run_dir)
   try:

@@ -42,6 +42,7 @@ from agentopd_jax.envs.vector import group_tasks
 from agentopd_jax.envs.verl_agent.metrics import episode_metrics
 from agentopd_jax.eval.coverage import solved_set
 from agentopd_jax.eval.validate import episode_record
+from agentopd_jax.models.transformer import sharded_abstract_params
 from agentopd_jax.parallel import distributed
 from agentopd_jax.objectives.distill import lad_mask, problem_success_rates
 from agentopd_jax.sampling.sampler import SamplingParams
@@ -54,7 +55,7 @@ from agentopd_jax.teachers.resident import ResidentTeacher
 from agentopd_jax import faults
 from agentopd_jax.training.config import from_config_dict
 from agentopd_jax.training.train_step import init_state, make_minibatches, minibatch_samples
-from agentopd_jax.training.trainer import Run, gather_episodes, sharded_abstract_params
+from agentopd_jax.training.trainer import Run, gather_episodes
 
 logger = logging.getLogger(__name__)
 TEACHER_ROLLOUT_STREAM = 2 * 10**6  # fold_in offset of the teacher's LAD rollouts (student: the iteration index)

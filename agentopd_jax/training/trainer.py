@@ -14,7 +14,6 @@ episode records are gathered, so every process holds the same metrics and checkp
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import logging
 import time
@@ -27,22 +26,17 @@ import numpy as np
 
 from agentopd_jax.batching.samples import Sample
 from agentopd_jax.envs import registry
-from agentopd_jax.envs.vector import VectorEnv, group_tasks
-from agentopd_jax.envs.verl_agent.corpus import default_corpus
+from agentopd_jax.envs.vector import group_tasks
 from agentopd_jax.envs.verl_agent.metrics import EpisodeRecord, episode_metrics
 from agentopd_jax.eval.validate import episode_record, validate
-from agentopd_jax.models import transformer
-from agentopd_jax.models.loading import load_model_and_tokenizer
+from agentopd_jax.models.transformer import sharded_abstract_params
 from agentopd_jax.objectives.advantages import (SKILL_SHIFT_ESTIMATORS, get_advantage_estimator, informative_groups,
                                                 step_scores)
 from agentopd_jax.objectives.registry import LossConfig, get_objective
 from agentopd_jax.parallel import distributed
 from agentopd_jax.parallel.sharding import make_mesh
-from agentopd_jax.rollout.chat import ChatFormat
 from agentopd_jax.rollout.demonstrations import demonstration_samples
-from agentopd_jax.rollout.engine import RolloutConfig, RolloutEngine
-from agentopd_jax.rollout.text_envs import make_text_env
-from agentopd_jax.sampling.sampler import Sampler, SamplingParams
+from agentopd_jax.sampling.sampler import SamplingParams
 from agentopd_jax.scoring.teacher_signals import recompute_behaviour
 from agentopd_jax.storage.checkpoints import CheckpointPool, run_params
 from agentopd_jax.storage.logs import LiveReport, MetricsLogger, NullLogger, plot_curves, progress
@@ -50,86 +44,18 @@ from agentopd_jax.teachers.hindsight import HindsightTeacher
 from agentopd_jax.teachers.privileged import SkillContext, Teacher, episode_skills, signal_metrics
 from agentopd_jax import faults
 from agentopd_jax.training import data
+from agentopd_jax.training.assembly import (VALIDATION_STREAM, base_seed, demonstration_env, model_and_tokenizer,
+                                            rollout_engine, validation_key, validation_sampling)
 from agentopd_jax.training.config import RunConfig, from_config_dict
 from agentopd_jax.training.train_step import (BadUpdates, init_state, make_minibatches, make_optimizer,
                                               make_train_step, minibatch_samples)
 
 logger = logging.getLogger(__name__)
 RANDOM_INIT_PRESETS = ("tiny", "small")  # CPU-sized models trained from scratch; larger ones load a checkpoint
-VALIDATION_STREAM = 10**6  # fold_in index of the validation key; GRPO iteration i uses index i
 
 
 def _mean_metrics(rows: List[Dict[str, float]]) -> Dict[str, float]:
   return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]} if rows else {}
-
-
-def text_env_factory(c):
-  """A fresh `TextEnv` of the configured env and prompt per call (one per env instance)."""
-  return functools.partial(make_text_env, c.env.name, history_length=c.env.history_length,
-                           compact=c.env.compact_prompt, flavor=c.env.prompt_flavor,
-                           invalid_penalty=c.env.invalid_penalty, **registry.get(c.env.name).text_options(c.env))
-
-
-def demonstration_env(c):
-  """The in-process env expert demonstrations are replayed in: episodes that do not win within `sft.max_demo_steps`
-  (default: the rollout horizon) are not imitated."""
-  return registry.get(c.env.name).worker(c.env, c.sft.max_demo_steps or c.rollout.max_steps)()
-
-
-def chat_format(c, tokenizer) -> ChatFormat:
-  return ChatFormat(tokenizer, c.model.chat_template_kwargs.to_dict())
-
-
-def rollout_engine(c, model, tokenizer, mesh, num_envs: int, rollout: RolloutConfig | None = None) -> RolloutEngine:
-  """The configured env, prompts and sampler over `num_envs` env workers (close with `engine.env.close()`);
-  `rollout`: the run's typed `rollout` section (built from `c` when not given)."""
-  envs = VectorEnv(registry.get(c.env.name).worker(c.env, c.rollout.max_steps), min(c.env.num_workers, num_envs),
-                   num_envs, backend=c.env.backend, step_timeout_s=c.env.step_timeout_s,
-                   ray_actor_options=c.env.ray_actor_options.to_dict() if c.env.backend == "ray" else None)
-  sampler = Sampler(model, tokenizer, pad_id=tokenizer.pad_token_id or 0, mesh=mesh)
-  return RolloutEngine(sampler, tokenizer, envs, text_env_factory(c),
-                       rollout or from_config_dict(c).rollout,
-                       chat_format(c, tokenizer))
-
-
-def validation_sampling(c) -> SamplingParams:
-  return SamplingParams(temperature=c.validation.temperature, top_p=c.rollout.top_p, top_k=c.rollout.top_k)
-
-
-def validation_key(c) -> jax.Array:
-  """One key for every validation of a run (and for `evaluate.py`), so checkpoints face the same random numbers."""
-  return jax.random.fold_in(jax.random.key(c.seed), VALIDATION_STREAM)
-
-
-def sharded_abstract_params(config, mesh):
-  """The params' shapes and dtypes with their mesh shardings: what a checkpoint is restored onto."""
-  return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-                      transformer.abstract_params(config), transformer.param_shardings(config, mesh))
-
-
-def base_seed(c) -> int:
-  """Seed of the warm start (random init, SFT batch order, recovery mistakes): `sft.seed`, or `seed` when that is -1.
-
-  A fixed `sft.seed` gives every run seed the same base model, as RL runs from one pretrained checkpoint share it; the
-  run seed then varies what RL varies (rollouts, task draws, validation samples).
-  """
-  return c.sft.seed if c.sft.seed >= 0 else c.seed
-
-
-def model_and_tokenizer(c, seed: int, mesh):
-  """(model config, params, tokenizer) of the run config: `load_model_and_tokenizer` with the built-in tokenizer's
-  settings, trained on the base corpus (`envs.verl_agent.corpus`) and also on the env's own text when
-  `builtin_tokenizer.env_corpus` is set."""
-  env_corpus = registry.get(c.env.name).tokenizer_corpus(c.env) if c.builtin_tokenizer.env_corpus else None
-  return load_model_and_tokenizer(c.model, c.tokenizer_path, seed, mesh, c.builtin_tokenizer.vocab_size, env_corpus,
-                                  builtin_corpus=default_corpus())
-
-
-def checkpoint_policy(c, step: str, mesh):
-  """(model config, params, tokenizer, step) of checkpoint `step` ("best", "latest" or an integer) of c.workdir."""
-  config, _, tokenizer = model_and_tokenizer(c, c.seed, mesh)
-  params, number = run_params(c.workdir, step, sharded_abstract_params(config, mesh))
-  return config, params, tokenizer, number
 
 
 class Run:
