@@ -31,9 +31,10 @@ from agentopd_jax.training.assembly import (
   checkpoint_policy,
   model_and_tokenizer,
   rollout_engine,
+  sampling,
   validation_key,
-  validation_sampling,
 )
+from agentopd_jax.training.config import from_config_dict
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/alfworld.py", "Run config.", lock_config=True)
 _STEP = flags.DEFINE_string("step", "best", "checkpoint step of config.workdir: an integer, 'best' or 'latest'")
@@ -76,7 +77,7 @@ def main(argv):
                                        placement=_SKILL_PROMPT.value)
     label += f" with skills ({_SKILL_PROMPT.value}, {c.skills.retrieval})"
   try:
-    records, outcomes, _ = validate(engine, params, panel, attempts, validation_key(c), validation_sampling(c),
+    records, outcomes, _ = validate(engine, params, panel, attempts, validation_key(c), sampling(from_config_dict(c)).validation,
                                     traces, context=context, group_of=spec.group_of)
   finally:
     engine.env.close()

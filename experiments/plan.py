@@ -26,6 +26,7 @@ from agentopd_jax.objectives.registry import LossConfig, get_objective
 from agentopd_jax.sampling.sampler import Sampler, _bucket  # the sampler's own length rounding
 from agentopd_jax.scoring.fused import ScoreConfig
 from agentopd_jax.training import memory_plan
+from agentopd_jax.training.assembly import sampling
 from agentopd_jax.training.config import from_config_dict
 from agentopd_jax.training.train_step import PAD_MULTIPLE, make_optimizer
 
@@ -76,7 +77,7 @@ def plan_from_config(c, num_devices: int = 0):
   mesh_shape = memory_plan.resolve_mesh_shape(tuple(c.mesh_shape), num_devices)
   cfg = from_config_dict(c)
   loss_cfg = cfg.loss
-  score_cfg = get_objective(loss_cfg.objective).score_config(loss_cfg, ScoreConfig(temperature=c.rollout.temperature))
+  score_cfg = get_objective(loss_cfg.objective).score_config(loss_cfg, ScoreConfig(temperature=sampling(cfg).train.temperature))
   work = workload(c, loss_cfg, score_cfg)
   optimizer = make_optimizer(cfg.optim)
   result = memory_plan.plan(model, mesh_shape, optimizer, work, with_reference=loss_cfg.kl_coef > 0,

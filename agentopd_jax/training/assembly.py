@@ -7,6 +7,7 @@ validated with.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -21,7 +22,7 @@ from agentopd_jax.rollout.engine import RolloutConfig, RolloutEngine
 from agentopd_jax.rollout.text_envs import make_text_env
 from agentopd_jax.sampling.sampler import Sampler, SamplingParams
 from agentopd_jax.storage.checkpoints import run_params
-from agentopd_jax.training.config import from_config_dict
+from agentopd_jax.training.config import RunConfig, from_config_dict
 
 VALIDATION_STREAM = 10**6  # fold_in index of the validation key; GRPO iteration i uses index i
 
@@ -55,8 +56,18 @@ def rollout_engine(c, model, tokenizer, mesh, num_envs: int, rollout: RolloutCon
                        chat_format(c, tokenizer))
 
 
-def validation_sampling(c) -> SamplingParams:
-  return SamplingParams(temperature=c.validation.temperature, top_p=c.rollout.top_p, top_k=c.rollout.top_k)
+@dataclasses.dataclass(frozen=True)
+class Sampling:
+  """How a run decodes: `train` for the GRPO/OPD rollouts (its temperature is also the one the train step, the
+  behaviour recompute and the teachers score at), `validation` for the panel (the same but `validation.temperature`)."""
+  train: SamplingParams
+  validation: SamplingParams
+
+
+def sampling(cfg: RunConfig) -> Sampling:
+  """The run's `Sampling`; the one place `rollout.temperature` is read."""
+  train = SamplingParams(temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k)
+  return Sampling(train, dataclasses.replace(train, temperature=cfg.validation.temperature))
 
 
 def validation_key(c) -> jax.Array:

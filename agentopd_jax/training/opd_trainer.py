@@ -45,7 +45,6 @@ from agentopd_jax.eval.validate import episode_record
 from agentopd_jax.models.transformer import sharded_abstract_params
 from agentopd_jax.parallel import distributed
 from agentopd_jax.objectives.distill import lad_mask, problem_success_rates
-from agentopd_jax.sampling.sampler import SamplingParams
 from agentopd_jax.storage.atomic import atomic_write_json
 from agentopd_jax.storage.checkpoints import CheckpointPool
 from agentopd_jax.storage.logs import progress
@@ -168,7 +167,7 @@ class OpdRun:
     tasks = run.iteration_tasks(iteration)[run.task_share]
     envs, groups = group_tasks(tasks, c.grpo.group_size)
     first_episode = run.task_share.start * c.grpo.group_size
-    sampling = SamplingParams(temperature=c.rollout.temperature, top_p=c.rollout.top_p, top_k=c.rollout.top_k)
+    sampling = run.sampling.train
     key = jax.random.fold_in(run.key, iteration)
     rollout = run.train_engine.run(distributed.to_local(state.params, run.local_mesh), envs, envs, groups, key,
                                    sampling, first_episode=first_episode)

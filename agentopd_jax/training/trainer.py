@@ -36,7 +36,6 @@ from agentopd_jax.objectives.registry import LossConfig, get_objective
 from agentopd_jax.parallel import distributed
 from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.rollout.demonstrations import demonstration_samples
-from agentopd_jax.sampling.sampler import SamplingParams
 from agentopd_jax.scoring.teacher_signals import recompute_behaviour
 from agentopd_jax.storage.checkpoints import CheckpointPool, run_params
 from agentopd_jax.storage.logs import LiveReport, MetricsLogger, NullLogger, plot_curves, progress
@@ -45,7 +44,7 @@ from agentopd_jax.teachers.privileged import SkillContext, Teacher, episode_skil
 from agentopd_jax import faults
 from agentopd_jax.training import data
 from agentopd_jax.training.assembly import (VALIDATION_STREAM, base_seed, demonstration_env, model_and_tokenizer,
-                                            rollout_engine, validation_key, validation_sampling)
+                                            rollout_engine, sampling, validation_key)
 from agentopd_jax.training.config import RunConfig, from_config_dict
 from agentopd_jax.training.train_step import (BadUpdates, init_state, make_minibatches, make_optimizer,
                                               make_train_step, minibatch_samples)
@@ -97,8 +96,10 @@ class Run:
     self.optimizer = make_optimizer(self.cfg.optim)
     self.bad_updates = BadUpdates(self.cfg.optim.max_bad_updates)
     self.use_reference = self.loss_cfg.kl_coef > 0
+    self.sampling = sampling(self.cfg)
+    self.temperature = self.sampling.train.temperature  # the train step and every scorer use the rollouts' one
     self.train_step = make_train_step(self.model, self.loss_cfg, self.optimizer, self.mesh, self.use_reference,
-                                      temperature=self.cfg.rollout.temperature)
+                                      temperature=self.temperature)
     self.key = jax.random.key(c.seed)
     self.objective = get_objective(self.loss_cfg.objective)
     self.skills, self.teacher = self._skills_and_teacher()
@@ -228,7 +229,7 @@ class Run:
     context = (self.skills.prompt_context([p for p in problems for _ in range(attempts)], VALIDATION_STREAM,
                                           first_episode=share.start * attempts)[0] if skills else None)
     records, outcomes, stats = validate(self.val_engine, distributed.to_local(params, self.local_mesh), problems,
-                                        attempts, validation_key(c), validation_sampling(c), context=context,
+                                        attempts, validation_key(c), self.sampling.validation, context=context,
                                         first_problem=share.start, group_of=self.group_of)
     return (*gather_episodes(records, outcomes), stats)
 
@@ -295,12 +296,11 @@ class Run:
     tasks = self.iteration_tasks(iteration)[self.task_share]
     envs, groups = group_tasks(tasks, c.grpo.group_size)
     first_episode = self.task_share.start * c.grpo.group_size  # this process's first episode in the whole batch
-    sampling = SamplingParams(temperature=c.rollout.temperature, top_p=c.rollout.top_p, top_k=c.rollout.top_k)
     context, student_skills = (self.skills.prompt_context(envs, iteration, first_episode=first_episode)
                                if self.objective.student_skills else (None, None))
     params = distributed.to_local(state.params, self.local_mesh)  # the rollout-time policy, on this process
     rollout = self.train_engine.run(params, envs, envs, groups, jax.random.fold_in(self.key, iteration),
-                                    sampling, context=context, first_episode=first_episode)
+                                    self.sampling.train, context=context, first_episode=first_episode)
     samples = rollout.samples
     t1 = time.perf_counter()
     # OPID: the analysis of this batch's trajectories runs on a worker thread while the advantages are computed.
@@ -312,7 +312,7 @@ class Run:
     metrics: Dict[str, float] = {}
     if c.rollout.recompute_old_logprobs and trained:
       t_old = time.perf_counter()
-      trained, drift = recompute_behaviour(self.model, params, trained, temperature=c.rollout.temperature,
+      trained, drift = recompute_behaviour(self.model, params, trained, temperature=self.temperature,
                                            pack_width=c.pack_width, rows_per_call=c.grpo.micro_batch_size,
                                            mesh=self.local_mesh)
       metrics.update(drift, **{"time/recompute_old_s": time.perf_counter() - t_old})
@@ -321,7 +321,7 @@ class Run:
     if analysis is not None:
       t_opid = time.perf_counter()
       advantages, opid_metrics = self.hindsight.advantages(params, trained, advantages, analysis,
-                                                           temperature=c.rollout.temperature, pack_width=c.pack_width,
+                                                           temperature=self.temperature, pack_width=c.pack_width,
                                                            rows_per_call=c.grpo.micro_batch_size, mesh=self.local_mesh)
       metrics.update(opid_metrics, **{"time/opid_s": time.perf_counter() - t_opid})
     signals = None
@@ -329,7 +329,7 @@ class Run:
       first = distributed.offset(len(trained))
       signals, used = (self.teacher.signals(params, trained, tasks, iteration,
                                             top_k=self.objective.teacher_top_k(self.loss_cfg),
-                                            temperature=c.rollout.temperature, pack_width=c.pack_width,
+                                            temperature=self.temperature, pack_width=c.pack_width,
                                             rows_per_call=c.grpo.micro_batch_size, mesh=self.local_mesh, first=first)
                        if trained else ([], []))
       metrics.update(signal_metrics(trained, signals, self.loss_cfg.gate_beta))
