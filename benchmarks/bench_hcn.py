@@ -19,7 +19,7 @@ import time
 import numpy as np
 from common import emit_json
 
-from agentopd_jax.teachers import Teacher, make_scheduler
+from agentopd_jax.methods.agentic_opd.hcn import Teacher, make_scheduler
 
 TARGET_MS = 50
 STRATEGIES = ("hcn", "hcn_global")

@@ -134,7 +134,7 @@ def openai_load(args) -> dict:
   from agentopd_jax.envs.verl_agent.corpus import default_corpus
   from agentopd_jax.models.hf_io import save_hf
   from agentopd_jax.models.tokenizer import build_tokenizer
-  from agentopd_jax.teachers.hindsight import LocalServer
+  from agentopd_jax.methods.opid.hindsight import LocalServer
 
   with tempfile.TemporaryDirectory() as folder:
     config = model_config.preset("tiny")

@@ -66,7 +66,7 @@ def main(argv=None):
 
   from agentopd_jax.models import transformer
   from agentopd_jax.models.config import preset
-  from agentopd_jax.teachers.resident import ResidentTeacher
+  from agentopd_jax.methods.agentic_opd.resident import ResidentTeacher
 
   config = preset(args.preset)
   abstract = transformer.abstract_params(config)

@@ -16,7 +16,7 @@ import os
 from absl import app, flags
 
 from agentopd_jax.eval.coverage import SOLVED_RULES, coverage_report, plot_historical_gap, run_group_of, to_markdown
-from agentopd_jax.teachers.pool import run_outcomes
+from agentopd_jax.methods.agentic_opd.pool import run_outcomes
 from agentopd_jax.storage.logs import configure_cli_logging
 
 _RUN_DIR = flags.DEFINE_string("run_dir", None, "GRPO run folder (holds checkpoints/)", required=True)

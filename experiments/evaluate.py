@@ -24,7 +24,7 @@ from agentopd_jax.eval.report import evaluation_summary, write_report
 from agentopd_jax.eval.validate import validate
 from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.envs import registry
-from agentopd_jax.teachers.privileged import SkillContext
+from agentopd_jax.skills.context import SkillContext
 from agentopd_jax.storage.logs import configure_cli_logging
 from agentopd_jax.training.assembly import (
   VALIDATION_STREAM,

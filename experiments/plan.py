@@ -19,6 +19,7 @@ import json
 from absl import app, flags
 from ml_collections import config_flags
 
+import agentopd_jax.methods  # noqa: F401  registers the methods' objectives
 from agentopd_jax.batching.collate import round_up
 from agentopd_jax.models.config import ModelConfig, preset
 from agentopd_jax.models.loading import model_overrides

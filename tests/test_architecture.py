@@ -31,7 +31,9 @@ LAYERS: Tuple[str, ...] = (
   "sampling | scoring",
   "rollout | objectives",
   "skills | eval",
-  "teachers",
+  "methods.base | methods.grpo",
+  "methods.sdar | methods.opid | methods.agentic_opd | methods.skill_grpo",
+  "methods",
   "training",
   "serve",
 )
@@ -268,10 +270,19 @@ def test_checker_finds_each_kind_of_problem(fixture_root):
 # Circles and upward or sideways imports between real module names, each built in a scratch package of just its
 # files: the checker, with the real LAYERS, reports every one.
 REGRESSIONS = {
-  "objectives registry <-> distill": ({
-    "objectives/registry.py": "from agentopd_jax.objectives.distill import agentic_opd_loss\n",
-    "objectives/distill.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                             "  from agentopd_jax.objectives.registry import LossConfig\n"}, "circle"),
+  "objectives registry <-> agentic_opd losses": ({
+    "objectives/registry.py": "from agentopd_jax.methods.agentic_opd.losses import agentic_opd_loss\n",
+    "methods/agentic_opd/losses.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                     "  from agentopd_jax.objectives.registry import LossConfig\n"}, "circle"),
+  "objectives registry -> agentic_opd losses": ({
+    "objectives/registry.py": "from agentopd_jax.methods.agentic_opd.losses import agentic_opd_loss\n",
+    "methods/agentic_opd/losses.py": ""}, "up"),
+  "sdar losses -> agentic_opd losses": ({
+    "methods/sdar/losses.py": "from agentopd_jax.methods.agentic_opd.losses import topk_log_dists\n",
+    "methods/agentic_opd/losses.py": ""}, "sideways"),
+  "skills -> sdar teacher": ({
+    "skills/context.py": "from agentopd_jax.methods.sdar.teacher import TeacherConfig\n",
+    "methods/sdar/teacher.py": ""}, "up"),
   "training defaults <-> trainer": ({
     "training/defaults.py": "def check_config(c):\n  from agentopd_jax.training.trainer import config_dataclass\n",
     "training/trainer.py": "from agentopd_jax.training import defaults\n"}, "circle"),
@@ -281,11 +292,12 @@ REGRESSIONS = {
   "webshop spec <-> hindsight": ({
     "envs/webshop/spec.py": "def hindsight(c):\n  from agentopd_jax.envs.webshop.hindsight import reviewer\n",
     "envs/webshop/hindsight.py": "from agentopd_jax.envs.webshop.spec import shop_args\n"}, "circle"),
-  "teachers -> training checkpoints": ({
-    "teachers/pool.py": "from agentopd_jax.training.checkpoints import CheckpointPool\n",
+  "agentic_opd pool -> training checkpoints": ({
+    "methods/agentic_opd/pool.py": "from agentopd_jax.training.checkpoints import CheckpointPool\n",
     "training/checkpoints.py": ""}, "up"),
-  "teachers -> serve": ({
-    "teachers/hindsight.py": "from agentopd_jax.serve.__main__ import API_KEY_ENV\n", "serve/__main__.py": ""}, "up"),
+  "opid hindsight -> serve": ({
+    "methods/opid/hindsight.py": "from agentopd_jax.serve.__main__ import API_KEY_ENV\n",
+    "serve/__main__.py": ""}, "up"),
   "parallel -> training": ({
     "parallel/memory.py": "from agentopd_jax.training import train_step\n", "training/train_step.py": ""}, "up"),
   "scoring -> rollout": ({

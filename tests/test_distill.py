@@ -10,9 +10,10 @@ import pytest
 
 from agentopd_jax.batching.collate import TrainBatch, collate
 from agentopd_jax.batching.samples import Sample
-from agentopd_jax.objectives import (LossConfig, broadcast_to_tokens, get_objective, lad_mask,
-                                     normalizer_for, opd_policy_loss, ppo_dual_clip_loss, problem_success_rates,
-                                     sampled_token_opd_advantage, topk_reverse_kl)
+from agentopd_jax.methods.agentic_opd.losses import (lad_mask, opd_policy_loss, problem_success_rates,
+                                                    sampled_token_opd_advantage, topk_reverse_kl)
+from agentopd_jax.objectives import (LossConfig, broadcast_to_tokens, get_objective, normalizer_for,
+                                     ppo_dual_clip_loss)
 from agentopd_jax.scoring.fused import ScoreConfig, Scores
 
 LN = math.log

@@ -14,12 +14,13 @@ import pytest
 from agentopd_jax.batching.collate import TeacherSignal
 from agentopd_jax.batching.samples import Sample
 from agentopd_jax.models import transformer
-from agentopd_jax.objectives.opid import opid_advantages, shift_metrics
+from agentopd_jax.methods.opid.advantage import opid_advantages, shift_metrics
 from agentopd_jax.models.config import preset
 from agentopd_jax.parallel import distributed
 from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.scoring.teacher_signals import recompute_behaviour
-from agentopd_jax.teachers.privileged import SkillContext, signal_metrics
+from agentopd_jax.methods.sdar.teacher import signal_metrics
+from agentopd_jax.skills.context import SkillContext
 from agentopd_jax.training.train_step import make_minibatches
 
 

@@ -86,6 +86,7 @@ def test_paper_settings():
 
 def test_skill_method_variants():
   """Every SDAR baseline is a variant of every env config, on the CPU default and on each paper model."""
+  import agentopd_jax.methods  # noqa: F401  registers the methods' objectives
   from agentopd_jax.objectives.registry import OBJECTIVES
   from agentopd_jax.training.presets import PAPER_MODELS, SKILL_METHODS
   for env in ("alfworld", "webshop", "searchqa"):

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from agentopd_jax.teachers import (SCHEDULERS, STRATEGY_V3, GlobalWeightHCNScheduler, HCNScheduler, RandomScheduler,
-                                   RoundRobinScheduler, StaticBestScheduler, Teacher, dataset_of, load_state,
-                                   make_scheduler, prune_dominated, save_state)
+from agentopd_jax.methods.agentic_opd.hcn import (SCHEDULERS, STRATEGY_V3, GlobalWeightHCNScheduler, HCNScheduler,
+                                                 RandomScheduler, RoundRobinScheduler, StaticBestScheduler, Teacher,
+                                                 dataset_of, load_state, make_scheduler, prune_dominated, save_state)
 
 
 def T(name, step, *solved):

@@ -1,4 +1,4 @@
-"""OPID's advantage (`objectives.opid`): hand-computed Δ, normalisation, clipping, routing and the weighted sum.
+"""OPID's advantage (`methods.opid.advantage`): hand-computed Δ, normalisation, clipping, routing and the weighted sum.
 
 The same functions were checked against the authors' `compute_teacher_token_advantage` (jinyangwu/OPID,
 gigpo/core_gigpo.py) on 300 random batches, normalised and clipped or not; these values are worked by hand.
@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from agentopd_jax.objectives.opid import opid_advantages, shift_metrics, skill_shift
+from agentopd_jax.methods.opid.advantage import opid_advantages, shift_metrics, skill_shift
 
 MASK = jnp.array([[1., 1., 0.], [1., 1., 1.], [0., 1., 1.]])
 OLD = jnp.array([[-1.0, -2.0, -9.0], [-0.5, -0.5, -0.5], [-9.0, -3.0, -1.0]])

@@ -1,4 +1,4 @@
-"""OPID's analyzer and skill injection (`agentopd_jax.skills.analysis`, `.injection`): the prompts as golden strings
+"""OPID's analyzer and skill injection (`methods.opid.analysis`, `.injection`): the prompts as golden strings
 (checked against the authors' `opid/analysis.py` and `opid/prompting.py`), the tolerant parser against a table of the
 authors' outcomes and on malformed answers (hypothesis), critical-first routing, the stats selector, and an analyzer
 that never stops training: fault-injecting backends and the `openai` client against a local fake server (500s,
@@ -13,11 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentopd_jax.skills.analysis import (BAD_OBJECT, EPISODE_SKILL_INSTRUCTIONS, NO_EPISODE_SKILL, NO_OBJECT, Analysis,
+from agentopd_jax.methods.opid.analysis import (BAD_OBJECT, EPISODE_SKILL_INSTRUCTIONS, NO_EPISODE_SKILL, NO_OBJECT, Analysis,
                                           AnalysisFailure, Analyzer, EpisodeRecord, OpenAIBackend, ParseAbort,
                                           StepRecord, analysis_prompt, discounted_returns, failure_text,
                                           parse_analysis, repair_prompt, select_critical_steps_by_stats)
-from agentopd_jax.skills.injection import augment_observation, route, task_description
+from agentopd_jax.methods.opid.injection import augment_observation, route, task_description
 
 STEPS = (StepRecord(0, "You are in the middle of a room.", "<think>look</think><action>go to desk 1</action>", 0.9025),
          StepRecord(1, "On the desk 1, you see a mug.", "<action>take mug from desk 1</action>", 0.95))
@@ -321,7 +321,7 @@ def test_parser_follows_opid_chain(text, k, want):
 
 def test_unusable_answers_are_logged_with_their_cause(caplog):
   a, _ = analyzer(Scripted('{"episode_skill": "cut', "{[1]: 2}"))
-  with caplog.at_level("WARNING", logger="agentopd_jax.skills.analysis"):
+  with caplog.at_level("WARNING", logger="agentopd_jax.methods.opid.analysis"):
     [got] = a.analyze([episode()])
   assert got == AnalysisFailure("parse", "unhashable type: 'list' [TypeError]", raw="{[1]: 2}")
   assert [r.getMessage() for r in caplog.records] == [

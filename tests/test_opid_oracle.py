@@ -1,4 +1,4 @@
-"""OPID's oracle analyzer (`agentopd_jax.skills.oracle` over each env's `EnvSpec.hindsight`): per built-in env, the
+"""OPID's oracle analyzer (`methods.opid.oracle` over each env's `EnvSpec.hindsight`): per built-in env, the
 expert's own episode gets a workflow and no step skill, an injected wrong step gets a step skill at exactly its index
 naming the expert's action, a failure gets an avoidance rule; K and the candidate set cap step skills; malformed and
 unavailable actions; determinism; broken tasks and replays that disagree with the rollout are counted failures."""
@@ -9,8 +9,8 @@ import pytest
 
 from agentopd_jax.envs import registry
 from agentopd_jax.envs.alfworld.text import AlfworldText
-from agentopd_jax.skills.analysis import Analysis, AnalysisFailure
-from agentopd_jax.skills.oracle import OracleAnalyzer, OracleEpisode
+from agentopd_jax.methods.opid.analysis import Analysis, AnalysisFailure
+from agentopd_jax.methods.opid.oracle import OracleAnalyzer, OracleEpisode
 
 pytest.importorskip("bm25s")
 pytest.importorskip("rapidfuzz")

@@ -16,8 +16,9 @@ pytest.importorskip("alfworld", reason="generating games needs the alfworld whee
 from conftest import tiny_alfworld_config  # noqa: E402
 from agentopd_jax.models import config as model_config, transformer  # noqa: E402
 from agentopd_jax.scoring.teacher_signals import score_teacher  # noqa: E402
-from agentopd_jax.skills.injection import augment_observation  # noqa: E402
-from agentopd_jax.teachers import hindsight  # noqa: E402
+from agentopd_jax.methods.opid import hindsight  # noqa: E402
+from agentopd_jax.methods.opid.config import OpidConfig  # noqa: E402
+from agentopd_jax.methods.opid.injection import augment_observation  # noqa: E402
 from agentopd_jax.training import trainer  # noqa: E402
 from agentopd_jax.storage.checkpoints import CheckpointPool  # noqa: E402
 from agentopd_jax.storage.logs import read_metrics  # noqa: E402
@@ -166,15 +167,14 @@ def test_opid_needs_the_step_layout(tmp_path, games_root):
 
 def test_bad_opid_fields_are_named():
   with pytest.raises(ValueError, match="opid.analyzer"):
-    hindsight.OpidConfig(analyzer="gpt")
+    OpidConfig(analyzer="gpt")
   with pytest.raises(ValueError, match="opid.analyzer_model"):
-    hindsight.OpidConfig(analyzer="openai")
+    OpidConfig(analyzer="openai")
   with pytest.raises(ValueError, match="opid.route"):
-    hindsight.OpidConfig(route="both")
-  assert dataclasses.replace(hindsight.OpidConfig(), start_after=2, stop_after=4).active(3)
-  assert [hindsight.OpidConfig(start_after=2, stop_after=4).active(i) for i in range(1, 6)] == [False, False, True,
-                                                                                                 True, False]
-  assert [hindsight.OpidConfig(failed_only_after=2).failed_only_at(i) for i in (1, 2, 3)] == [False, False, True]
+    OpidConfig(route="both")
+  assert dataclasses.replace(OpidConfig(), start_after=2, stop_after=4).active(3)
+  assert [OpidConfig(start_after=2, stop_after=4).active(i) for i in range(1, 6)] == [False, False, True, True, False]
+  assert [OpidConfig(failed_only_after=2).failed_only_at(i) for i in (1, 2, 3)] == [False, False, True]
 
 
 def _step(traj, step, group, observation, reward=0.0, won=False):

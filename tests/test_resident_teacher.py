@@ -8,7 +8,7 @@ import pytest
 from agentopd_jax.models import transformer
 from agentopd_jax.models.config import preset
 from agentopd_jax.parallel import sharding
-from agentopd_jax.teachers.resident import ResidentTeacher
+from agentopd_jax.methods.agentic_opd.resident import ResidentTeacher
 from agentopd_jax.storage.checkpoints import CheckpointPool
 
 NUM_CHECKPOINTS = 20

@@ -12,10 +12,10 @@ import pytest
 pytest.importorskip("alfworld", reason="generating games needs the alfworld wheel's domain files ([envs] extra)")
 
 from conftest import tiny_alfworld_config  # noqa: E402
+from agentopd_jax.methods.sdar import teacher as sdar_teacher  # noqa: E402
 from agentopd_jax.models import config as model_config, transformer  # noqa: E402
 from agentopd_jax.objectives.registry import get_objective  # noqa: E402
 from agentopd_jax.scoring.fused import ScoreConfig  # noqa: E402
-from agentopd_jax.teachers import privileged  # noqa: E402
 from agentopd_jax.training import trainer  # noqa: E402
 from agentopd_jax.training.config import from_config_dict  # noqa: E402
 from agentopd_jax.storage.checkpoints import CheckpointPool  # noqa: E402
@@ -37,7 +37,7 @@ def _train_lines(workdir):
 def sdar_run(tmp_path_factory, games_root):
   """A 2-iteration SDAR run with a UCB retriever, counting the teacher's scoring calls."""
   calls = []
-  score = privileged.score_teacher
+  score = sdar_teacher.score_teacher
 
   def counting(model, params, samples, **kw):
     calls.append((len(samples), kw["top_k"]))
@@ -45,11 +45,11 @@ def sdar_run(tmp_path_factory, games_root):
 
   workdir = tmp_path_factory.mktemp("sdar")
   c = _config("sdar", workdir, games_root, skills__retrieval="ucb")
-  privileged.score_teacher = counting
+  sdar_teacher.score_teacher = counting
   try:
     trainer.train(c)
   finally:
-    privileged.score_teacher = score
+    sdar_teacher.score_teacher = score
   return str(workdir), c, calls
 
 

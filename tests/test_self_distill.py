@@ -1,4 +1,4 @@
-"""SDAR and its baselines (objectives.self_distill): hand-computed gates, divergences, RLSD advantages and λ schedule,
+"""SDAR and its baselines (methods.sdar.losses): hand-computed gates, divergences, RLSD advantages and λ schedule,
 Skill-SD, the registered objectives (values, gradient flow, micro-batch sums), Objective fields, LossConfig checks."""
 import dataclasses
 import math
@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from agentopd_jax.batching.collate import TrainBatch
+from agentopd_jax.methods.sdar.losses import (rlsd_advantages, rlsd_lambda, sampled_reverse_kl, sdar_gate, sdar_loss,
+                                             skill_sd_per_token, topk_forward_kl, topk_jsd)
 from agentopd_jax.objectives import (OBJECTIVES, LossConfig, broadcast_to_tokens, get_objective, grpo_loss,
-                                     normalizer_for, rlsd_advantages, rlsd_lambda, sampled_reverse_kl, sdar_gate,
-                                     sdar_loss, skill_sd_per_token, topk_forward_kl, topk_jsd)
+                                     normalizer_for)
 from agentopd_jax.scoring.fused import ScoreConfig, Scores
 
 LN = math.log

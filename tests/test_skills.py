@@ -219,7 +219,7 @@ def test_student_prompt_skills_match_by_keywords_like_sdars_skill_grpo_collector
   """Skill-GRPO's student prompts: a search question gets the general skills alone whatever its data source (the
   search bank has no keywords); an ALFWorld prompt is typed by its words, not its game file. Placed raw, as the
   teacher reads them, the skills follow the env's rule."""
-  from agentopd_jax.teachers.privileged import SkillContext
+  from agentopd_jax.skills.context import SkillContext
 
   ctx = SkillContext("search")
   tasks = [SearchTask("Who founded the studio?", ("x",), "nq", "id")]

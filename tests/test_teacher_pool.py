@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from agentopd_jax.teachers.pool import (
+from agentopd_jax.methods.agentic_opd.pool import (
   build_teacher_pool,
   checkpoint_sha256,
   read_manifest,

@@ -14,7 +14,7 @@ from agentopd_jax.models.tokenizer import apply_chat_template, builtin_tokenizer
 from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.rollout.chat import raw_prefixed_ids, templated_text
 from agentopd_jax.scoring.teacher_signals import score_teacher
-from agentopd_jax.teachers.privileged import TeacherConfig, signal_metrics
+from agentopd_jax.methods.sdar.teacher import TeacherConfig, signal_metrics
 
 CONFIG = preset("tiny", vocab_size=300, num_layers=2, hidden_size=64, intermediate_size=128, num_heads=4,
                 num_kv_heads=2, head_dim=16)

@@ -40,9 +40,9 @@ class TrainBatch:
   teacher_logprobs: Optional[jnp.ndarray] = None      # [B, T] float32: log π_T(token | teacher context), 0 off-mask
   teacher_topk_ids: Optional[jnp.ndarray] = None      # [B, T, k] int32: the teacher's top-k ids at each target
   teacher_topk_logprobs: Optional[jnp.ndarray] = None  # [B, T, k] float32: their teacher log-probs
-  # Agentic-OPD LAD routing (`collate(distill_weights=...)`, objectives.distill.lad_mask): [B, T] float32 weight of
-  # each loss token in the distillation term, 1 = routed. Not part of the scoring inputs. None = every loss token
-  # routed (no LAD).
+  # Agentic-OPD LAD routing (`collate(distill_weights=...)`, methods.agentic_opd.losses.lad_mask): [B, T] float32
+  # weight of each loss token in the distillation term, 1 = routed. Not part of the scoring inputs. None = every loss
+  # token routed (no LAD).
   distill_mask: Optional[jnp.ndarray] = None
 
   def score_batch(self) -> ScoreBatch:

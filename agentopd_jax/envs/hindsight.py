@@ -1,4 +1,5 @@
-"""Hindsight review of a finished episode beside an env's expert: what OPID's oracle analyzer (`skills.oracle`) reads.
+"""Hindsight review of a finished episode beside an env's expert: what OPID's oracle analyzer
+(`methods.opid.oracle`) reads.
 
 An env's `EnvSpec.hindsight(env_cfg)` returns `review(task, actions) -> Review`: the episode's actions replayed from
 the task's start state, each next to the action the env's expert takes from that same state. This module is the

@@ -120,8 +120,8 @@ class EnvSpec:
   tokenizer_corpus: env_cfg -> (texts, whole words) for the built-in tokenizer (`builtin_tokenizer.env_corpus`).
   skills: the env's SDAR skill bank and matching rule (`SkillSpec`); None: the env has none.
   hindsight: env_cfg -> ((task, executed env actions) -> `envs.hindsight.Review`), the episode replayed from the
-    task's start beside the env's expert, which OPID's oracle analyzer (`skills.oracle`) turns into skills; None: the
-    env has no oracle (OPID then needs its LLM analyzer).
+    task's start beside the env's expert, which OPID's oracle analyzer (`methods.opid.oracle`) turns into skills;
+    None: the env has no oracle (OPID then needs its LLM analyzer).
   task_group: task -> its group, the name its validation metrics use (`val/<group>_success_rate`: ALFWorld's task
     type, search-QA's data source); what `grpo.task_phases` draws by. None: the env's tasks have no groups.
   report: the env's report columns and headline (`ReportSpec`).

@@ -5,7 +5,7 @@ checkpoints of the same run solved, so the union of the solved sets is well abov
 the gap opens over training (the "historical gap": what the current checkpoint solves vs what some checkpoint up to
 then solved). These are pure functions over per-checkpoint outcome records {problem id: (successes, attempts)}, so
 they are tested on hand-made records; `experiments/coverage.py` feeds them a run's checkpoint pool, and the teacher
-pool (`teachers/pool.py`) uses the same solved rule.
+pool (`methods/agentic_opd/pool.py`) uses the same solved rule.
 
 The per-group counts take `group_of`: problem id -> its group (ALFWorld's task type, search-QA's data source);
 `run_group_of` builds it for a run folder from its env's tasks. A problem of no group is grouped as "other".

@@ -104,8 +104,8 @@ def informative_groups(episode_rewards: jnp.ndarray, group_ids: jnp.ndarray, num
 ADVANTAGE_ESTIMATORS: Dict[str, Callable[..., jnp.ndarray]] = {
     "grpo": functools.partial(grpo_advantages, mode="mean_std_norm"),
     "grpo_mean_norm": functools.partial(grpo_advantages, mode="mean_norm"),
-    # OPID (objectives.opid): this episode advantage plus the skill log-prob shift, which the trainer adds per token
-    # from its hindsight teacher (teachers.hindsight) once the batch's analysis is joined.
+    # OPID (methods.opid.advantage): this episode advantage plus the skill log-prob shift, which the trainer adds per
+    # token from its hindsight teacher (methods.opid.hindsight) once the batch's analysis is joined.
     "opid": functools.partial(grpo_advantages, mode="mean_std_norm"),
     "opid_mean_norm": functools.partial(grpo_advantages, mode="mean_norm"),
 }

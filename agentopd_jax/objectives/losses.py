@@ -9,10 +9,11 @@ Formulas follow verl `core_algos` (`agg_loss`, `compute_policy_loss`, `kl_penalt
 """
 from __future__ import annotations
 
-from typing import Dict, NamedTuple, Optional
+from typing import Dict, NamedTuple, Optional, Tuple
 
 import chex
 import flax.struct
+import jax
 import jax.numpy as jnp
 
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
@@ -187,3 +188,19 @@ def add_entropy_bonus(loss: jnp.ndarray, metrics: Dict[str, jnp.ndarray], entrop
     return loss
   metrics["entropy"] = agg_loss(entropy, mask, agg_mode, norm)
   return loss - entropy_coef * metrics["entropy"]
+
+
+def topk_log_dists(student_topk_logprobs: jnp.ndarray, teacher_topk_logprobs: jnp.ndarray,
+                   mask: jnp.ndarray) -> Tuple[jnp.ndarray, jnp.ndarray]:
+  """(log p̃_S, log p̃_T): the student's and the (stop-gradient) teacher's log-probs at the same k ids [B, T, k],
+  each renormalised on those ids by a `log_softmax`. Off-mask positions are replaced by 0 first, so whatever they
+  hold (zeros, ±inf, NaN) gives uniform rows: finite values and finite gradients. The support of every top-k
+  divergence (Agentic-OPD's on the student's top-k, SDAR's on the teacher's)."""
+  chex.assert_rank([student_topk_logprobs, teacher_topk_logprobs], 3)
+  chex.assert_rank(mask, 2)
+  chex.assert_equal_shape([student_topk_logprobs, teacher_topk_logprobs])
+  chex.assert_equal_shape_prefix([student_topk_logprobs, mask], 2)
+  on = (mask > 0)[..., None]
+  student = jnp.where(on, student_topk_logprobs.astype(jnp.float32), 0.0)
+  teacher = jnp.where(on, jax.lax.stop_gradient(teacher_topk_logprobs).astype(jnp.float32), 0.0)
+  return jax.nn.log_softmax(student, axis=-1), jax.nn.log_softmax(teacher, axis=-1)

@@ -3,8 +3,9 @@
 An `Objective` couples two things the train step must agree on: which scoring branches to run (`score_config`: a
 reference forward only when the KL term is on, a teacher forward only for distillation objectives) and the loss.
 Later methods (OPID, SDAR, Agentic-OPD) register their own objectives, typically reusing `grpo_loss` and adding an
-auxiliary per-token term, so the train step never branches on the method (SDAR and its baselines: `self_distill`;
-Agentic-OPD: `distill`; each registers itself when the package is imported).
+auxiliary per-token term, so the train step never branches on the method (SDAR and its baselines:
+`methods.sdar.losses`; Agentic-OPD: `methods.agentic_opd.losses`; each registers itself when `agentopd_jax.methods`
+is imported).
 
 Metric convention: every metric is a *contribution* that sums over the micro-batches of a mini-batch to the
 mini-batch value (token statistics are divided by the mini-batch `Normalizer`), so the train step just adds them.
@@ -25,8 +26,8 @@ from agentopd_jax.scoring.fused import ScoreConfig, Scores
 
 Metrics = Dict[str, jnp.ndarray]
 
-# Domains of LossConfig's method fields (objectives.self_distill and objectives.distill, which import this module and
-# register their objectives, implement them).
+# Domains of LossConfig's method fields (methods.sdar.losses and methods.agentic_opd.losses, which import this module
+# and register their objectives, implement them).
 OPD_VARIANTS = ("topk_reverse_kl", "sampled_token")
 LAD_OTHER = ("none", "grpo")
 SDAR_GATES = ("gap", "entropy", "soft_or")
@@ -47,21 +48,21 @@ class LossConfig:
   loss_agg_mode: str = "token-mean"
   loss_scale_factor: int = 0       # L of loss_agg_mode "seq-mean-token-sum-norm" (verl: the padded response length)
   pg_loss_coef: float = 1.0        # 0 turns the policy-gradient term off (e.g. SDAR's OPSD-only baseline)
-  # Agentic-OPD (objective "agentic_opd", objectives.distill); ignored by the other objectives.
+  # Agentic-OPD (objective "agentic_opd", methods.agentic_opd.losses); ignored by the other objectives.
   opd_loss_coef: float = 1.0       # weight of the OPD term
   task_loss_coef: float = 0.0      # weight of the GRPO task term on every rollout; 0 = pure OPD (reference default)
   opd_top_k: int = 16              # k of the student's top-k support (OPD_TOP_K)
   opd_max_abs_log_ratio: float = 0.0   # clamp of the top-k log-ratio to ±c; 0 = no clamp (the reference's null)
   opd_variant: str = "topk_reverse_kl"  # or "sampled_token" (the documented PG-OPD advantage)
   lad_other: str = "none"          # what rollouts LAD does not route get: "none", or "grpo" (pg_loss_coef · PPO)
-  # SDAR and its baselines (objectives.self_distill); ignored by the other objectives.
+  # SDAR and its baselines (methods.sdar.losses); ignored by the other objectives.
   sdar_coef: float = 0.01          # λ of the λ·L_SDAR term
   gate_beta: float = 5.0           # β of the gate σ(β·Δ_t); 0 = ungated (g ≡ ½, the GRPO+OPSD baseline)
   sdar_gate: str = "gap"           # "gap" (SDAR), "entropy" or "soft_or" (paper ablations)
   sdar_divergence: str = "reverse_kl"  # or "topk_forward_kl" / "topk_jsd" over the teacher's top-k
   distill_top_k: int = 16          # k of the teacher's top-k support of the top-k divergences
   skill_sd_coef: float = 0.001     # λ_SDL of Skill-SD's ρ_on·k3 term
-  rlsd_lambda: float = 0.5         # RLSD's λ_0, decayed linearly to 0 (`self_distill.rlsd_lambda`)
+  rlsd_lambda: float = 0.5         # RLSD's λ_0, decayed linearly to 0 (`methods.sdar.losses.rlsd_lambda`)
   rlsd_warmdown_steps: int = 50    # W: iterations over which RLSD's λ reaches 0 (code default; paper scripts 100)
   rlsd_schedule: str = "released_code"  # λ_i = λ_0·max(0, 1 − i/W), or "from_lambda0": λ_0·max(0, 1 − (i − 1)/W)
   rlsd_eps_w: float = 0.2          # RLSD token weights clipped to [1 − ε_w, 1 + ε_w]

@@ -27,14 +27,15 @@ from agentopd_jax.envs import registry
 from agentopd_jax.envs.registry import EnvCommon
 from agentopd_jax.models.loading import ModelSpec
 from agentopd_jax.models.tokenizer import BuiltinTokenizerConfig
+import agentopd_jax.methods  # noqa: F401  registers the methods' objectives (LossConfig checks the name)
+from agentopd_jax.methods.agentic_opd.config import OpdConfig
+from agentopd_jax.methods.opid.config import OpidConfig
+from agentopd_jax.methods.sdar.teacher import TeacherConfig
 from agentopd_jax.objectives.advantages import ADVANTAGE_ESTIMATORS
 from agentopd_jax.objectives.losses import PER_SEQUENCE_MODES
 from agentopd_jax.objectives.registry import LossConfig
 from agentopd_jax.rollout.engine import RolloutConfig
 from agentopd_jax.skills.retrieval import SkillsConfig
-from agentopd_jax.teachers.hindsight import OpidConfig
-from agentopd_jax.teachers.opd import OpdConfig
-from agentopd_jax.teachers.privileged import TeacherConfig
 from agentopd_jax.training.train_step import OptimConfig
 
 METHODS = ("grpo", "agentic_opd")

@@ -3,10 +3,10 @@
 `python experiments/train.py --config=configs/alfworld.py:agentic_opd` (research/methods.md §2.2, at CPU scale):
 
   start   student = the best-validation checkpoint of the GRPO run in `opd.teacher_run`; teachers = its other
-          checkpoints, each with the solved set Q_i of its recorded validation outcomes (`teachers.pool`; a
+          checkpoints, each with the solved set Q_i of its recorded validation outcomes (`methods.agentic_opd.pool`; a
           checkpoint without a record is played on the validation panel once, `OpdRun.evaluate_checkpoint`).
           Validate the student (P_0), let the scheduler (`opd.scheduler`, HCN v3 by default) pick a teacher, and
-          make it the one resident teacher (`teachers.resident`).
+          make it the one resident teacher (`methods.agentic_opd.resident`).
   each    roll out the student on training tasks (G per task); LAD (`opd.lad="group_rates"`) also rolls the
   step    teacher out on the same tasks and routes only the student's *lost* rollouts of tasks where the teacher's
           group success rate beats the student's; one update of the `agentic_opd` objective (top-k reverse KL on
@@ -42,15 +42,15 @@ from agentopd_jax.envs.vector import group_tasks
 from agentopd_jax.envs.verl_agent.metrics import episode_metrics
 from agentopd_jax.eval.coverage import solved_set
 from agentopd_jax.eval.validate import episode_record
+from agentopd_jax.methods.agentic_opd.hcn import Teacher, make_scheduler, save_state
+from agentopd_jax.methods.agentic_opd.losses import lad_mask, problem_success_rates
+from agentopd_jax.methods.agentic_opd.pool import build_teacher_pool
+from agentopd_jax.methods.agentic_opd.resident import ResidentTeacher
 from agentopd_jax.models.transformer import sharded_abstract_params
 from agentopd_jax.parallel import distributed
-from agentopd_jax.objectives.distill import lad_mask, problem_success_rates
 from agentopd_jax.storage.atomic import atomic_write_json
 from agentopd_jax.storage.checkpoints import CheckpointPool
 from agentopd_jax.storage.logs import progress
-from agentopd_jax.teachers.hcn import Teacher, make_scheduler, save_state
-from agentopd_jax.teachers.pool import build_teacher_pool
-from agentopd_jax.teachers.resident import ResidentTeacher
 from agentopd_jax import faults
 from agentopd_jax.training.config import from_config_dict
 from agentopd_jax.training.train_step import init_state, make_minibatches, minibatch_samples

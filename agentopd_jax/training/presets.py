@@ -11,7 +11,7 @@ from typing import Callable, Dict, Optional
 import ml_collections
 
 from agentopd_jax.envs import registry
-from agentopd_jax.teachers.opd import OpdConfig
+from agentopd_jax.methods.agentic_opd.config import OpdConfig
 from agentopd_jax.training.config import RunConfig, to_config_dict
 
 # Paper-setting variant name (`get_config` arg) -> model preset; weights come from `--config.model.path`.

@@ -25,6 +25,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from agentopd_jax.batching.collate import TeacherSignal, TrainBatch, collate, pack_rows, round_up
 from agentopd_jax.batching.samples import Sample
+import agentopd_jax.methods  # noqa: F401  registers the methods' objectives
 from agentopd_jax.models import transformer
 from agentopd_jax.models.config import ModelConfig
 from agentopd_jax.objectives.losses import normalizer_for

@@ -29,6 +29,9 @@ from agentopd_jax.envs import registry
 from agentopd_jax.envs.vector import group_tasks
 from agentopd_jax.envs.verl_agent.metrics import EpisodeRecord, episode_metrics
 from agentopd_jax.eval.validate import episode_record, validate
+import agentopd_jax.methods  # noqa: F401  registers the methods' objectives
+from agentopd_jax.methods.opid.hindsight import HindsightTeacher
+from agentopd_jax.methods.sdar.teacher import Teacher, episode_skills, signal_metrics
 from agentopd_jax.models.transformer import sharded_abstract_params
 from agentopd_jax.objectives.advantages import (SKILL_SHIFT_ESTIMATORS, get_advantage_estimator, informative_groups,
                                                 step_scores)
@@ -37,10 +40,9 @@ from agentopd_jax.parallel import distributed
 from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.rollout.demonstrations import demonstration_samples
 from agentopd_jax.scoring.teacher_signals import recompute_behaviour
+from agentopd_jax.skills.context import SkillContext
 from agentopd_jax.storage.checkpoints import CheckpointPool, run_params
 from agentopd_jax.storage.logs import LiveReport, MetricsLogger, NullLogger, plot_curves, progress
-from agentopd_jax.teachers.hindsight import HindsightTeacher
-from agentopd_jax.teachers.privileged import SkillContext, Teacher, episode_skills, signal_metrics
 from agentopd_jax import faults
 from agentopd_jax.training import data
 from agentopd_jax.training.assembly import (VALIDATION_STREAM, base_seed, demonstration_env, model_and_tokenizer,

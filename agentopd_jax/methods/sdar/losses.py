@@ -27,8 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from agentopd_jax.batching.collate import TrainBatch
-from agentopd_jax.objectives.distill import topk_log_dists
-from agentopd_jax.objectives.losses import Normalizer, agg_loss, clamp, require_score, token_share
+from agentopd_jax.objectives.losses import Normalizer, agg_loss, clamp, require_score, token_share, topk_log_dists
 from agentopd_jax.objectives.registry import (SDAR_GATES, LossConfig, Metrics, Objective, grpo_branches, grpo_loss,
                                               register_objective)
 from agentopd_jax.scoring.fused import Scores

@@ -24,8 +24,8 @@ routes every loss token
 
 with d_t the routing weight. Aggregation uses the mini-batch `Normalizer` of the *loss* mask, so the OPD term is
 Σ_j m_j ℓ_OPD(τ_j) / Σ_j |τ_j|_gen as in methods.md §2.1 (not a mean over routed tokens only), and micro-batch losses
-add up exactly to the mini-batch loss. The objective registers itself in `objectives.registry` when the package is
-imported.
+add up exactly to the mini-batch loss. The objective registers itself in `objectives.registry` when this module is
+imported (`agentopd_jax.methods` imports it).
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ import jax.numpy as jnp
 
 from agentopd_jax.batching.collate import TrainBatch
 from agentopd_jax.objectives.losses import (Normalizer, add_entropy_bonus, agg_loss, clamp, ppo_dual_clip_loss,
-                                            require_score, token_share)
+                                            require_score, token_share, topk_log_dists)
 from agentopd_jax.objectives.registry import OPD_VARIANTS, LossConfig, Objective, register_objective
 from agentopd_jax.scoring.fused import Scores
 
@@ -47,22 +47,6 @@ Metrics = Dict[str, jnp.ndarray]
 
 
 # ---------------------------------------------------------------- OPD terms
-
-
-def topk_log_dists(student_topk_logprobs: jnp.ndarray, teacher_topk_logprobs: jnp.ndarray,
-                   mask: jnp.ndarray) -> Tuple[jnp.ndarray, jnp.ndarray]:
-  """(log p̃_S, log p̃_T): the student's and the (stop-gradient) teacher's log-probs at the same k ids [B, T, k],
-  each renormalised on those ids by a `log_softmax`. Off-mask positions are replaced by 0 first, so whatever they
-  hold (zeros, ±inf, NaN) gives uniform rows: finite values and finite gradients. The support of every top-k
-  divergence (Agentic-OPD's on the student's top-k, SDAR's on the teacher's)."""
-  chex.assert_rank([student_topk_logprobs, teacher_topk_logprobs], 3)
-  chex.assert_rank(mask, 2)
-  chex.assert_equal_shape([student_topk_logprobs, teacher_topk_logprobs])
-  chex.assert_equal_shape_prefix([student_topk_logprobs, mask], 2)
-  on = (mask > 0)[..., None]
-  student = jnp.where(on, student_topk_logprobs.astype(jnp.float32), 0.0)
-  teacher = jnp.where(on, jax.lax.stop_gradient(teacher_topk_logprobs).astype(jnp.float32), 0.0)
-  return jax.nn.log_softmax(student, axis=-1), jax.nn.log_softmax(teacher, axis=-1)
 
 
 def topk_reverse_kl(student_topk_logprobs: jnp.ndarray, teacher_topk_logprobs: jnp.ndarray, mask: jnp.ndarray,

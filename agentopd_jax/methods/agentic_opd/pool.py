@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from agentopd_jax.eval.coverage import SOLVED_RULES, solved_set
 from agentopd_jax.storage.atomic import atomic_write_json
 from agentopd_jax.storage.checkpoints import CheckpointPool, checkpoint_sha256
-from agentopd_jax.teachers import hcn
+from agentopd_jax.methods.agentic_opd import hcn
 
 MANIFEST_VERSION = 1
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from agentopd_jax.eval.coverage import SOLVED_RULES
-from agentopd_jax.teachers.hcn import SCHEDULERS
+from agentopd_jax.methods.agentic_opd.hcn import SCHEDULERS
 
 LAD_CHOICES = ("group_rates", "off")
 

@@ -5,13 +5,13 @@ Per iteration, on the step samples of the rollout:
   1. `submit`: each trajectory becomes an analyzer record (task, per step the env's raw observation, the decoded
      reply and the discounted return, γ = `opid.gamma`, success) and the analysis starts on a worker thread, so it
      overlaps the trainer's other work on the batch (advantages, collation), as OPID's async executor does.
-  2. `signals` joins it, routes each step sample (`skills.injection.route`: the critical-step skill, else the episode
+  2. `signals` joins it, routes each step sample (`injection.route`: the critical-step skill, else the episode
      skill), splices the skill into the sample's own step prompt text (`augment_observation`), chat-templates it as
      the rollout did, and scores the *same* response tokens under the rollout-time params, once per routed sample
      per route (`score_teacher`: batched, packed). Δ = that log-prob − the behaviour log-prob is then a constant.
 A failed analysis (API or parse) gives its trajectory no signal and is counted; it never stops training.
 
-Analyzers, by `opid.analyzer`: "oracle" (offline: the env's expert from each replayed state, `skills.oracle`),
+Analyzers, by `opid.analyzer`: "oracle" (offline: the env's expert from each replayed state, `methods.opid.oracle`),
 "stats" (the oracle's text, but step skills only at the steps OPID's statistical selector picks: below-mean returns
 in high-variance groups of steps that saw the same observation within a task group), "openai" (any OpenAI-compatible endpoint through the official client) and "local" (our `agentopd_jax.serve`
 started on `opid.analyzer_model`, a model folder or a run, then reached through the same client).
@@ -30,66 +30,14 @@ import numpy as np
 
 from agentopd_jax.batching.samples import Sample
 from agentopd_jax.http_guard import SERVE_API_KEY_ENV
-from agentopd_jax.objectives.advantages import GRPO_MODES
-from agentopd_jax.objectives.opid import opid_advantages, shift_metrics
+from agentopd_jax.methods.opid.advantage import opid_advantages, shift_metrics
+from agentopd_jax.methods.opid.analysis import (Analysis, Analyzer, EpisodeRecord, OpenAIBackend, StepRecord,
+                                               discounted_returns, select_critical_steps_by_stats)
+from agentopd_jax.methods.opid.config import OpidConfig
+from agentopd_jax.methods.opid.injection import augment_observation, route, task_description
 from agentopd_jax.parallel import distributed
 from agentopd_jax.rollout.chat import ChatFormat
 from agentopd_jax.scoring.teacher_signals import score_teacher
-from agentopd_jax.skills.analysis import (Analysis, Analyzer, EpisodeRecord, OpenAIBackend, StepRecord,
-                                          discounted_returns, select_critical_steps_by_stats)
-from agentopd_jax.skills.injection import ROUTES, augment_observation, route, task_description
-
-ANALYZERS = ("oracle", "stats", "openai", "local")
-
-
-@dataclasses.dataclass(frozen=True)
-class OpidConfig:
-  """`opid.*` (defaults: OPID's scripts, §3.3). Schedule steps are GRPO iterations; -1 means "not set"."""
-  analyzer: str = "oracle"
-  analyzer_model: str = ""        # openai: the model name; local: a model folder or a run folder to serve
-  base_url: str = ""              # openai: the endpoint ("" -> OPENAI_BASE_URL)
-  timeout_s: float = 600.0
-  max_completion_tokens: int = 4096
-  workers: int = 128
-  parse_attempts: int = 2
-  api_retries: int = 5
-  max_step_skills: int = 5        # K
-  route: str = "step_priority"    # or "additive"
-  w_episode: float = 0.001
-  w_step: float = 0.001
-  normalize: bool = False         # z-score each Δ over its routed tokens
-  clip: float = 0.0               # clamp each Δ to ±clip; 0 = none
-  gamma: float = 0.95             # the discount of the "Return:" lines
-  start_after: int = -1           # the skill advantage is on only after this iteration
-  stop_after: int = -1            # ... and up to this one
-  failed_only: bool = False       # analyse failed episodes only
-  failed_only_after: int = -1     # all episodes up to this iteration, failed ones after it (overrides failed_only)
-  paper_mode: str = "mean_std_norm"  # the episode advantage of the opid_<model> presets (OPID's scripts; WebShop's:
-                                     # mean_norm)
-
-  def __post_init__(self):
-    if self.analyzer not in ANALYZERS:
-      raise ValueError(f"opid.analyzer must be one of {ANALYZERS}, got {self.analyzer!r}")
-    if self.route not in ROUTES:
-      raise ValueError(f"opid.route must be one of {ROUTES}, got {self.route!r}")
-    if self.analyzer in ("openai", "local") and not self.analyzer_model:
-      raise ValueError(f"opid.analyzer_model: analyzer {self.analyzer!r} needs a model "
-                       f"({'its name at the endpoint' if self.analyzer == 'openai' else 'a folder or run to serve'})")
-    if self.w_episode < 0 or self.w_step < 0 or self.clip < 0:
-      raise ValueError(f"opid.w_episode, opid.w_step and opid.clip must be >= 0, got {self.w_episode}, "
-                       f"{self.w_step}, {self.clip}")
-    if not 0.0 <= self.gamma <= 1.0:
-      raise ValueError(f"opid.gamma must be in [0, 1], got {self.gamma}")
-    if self.paper_mode not in GRPO_MODES:
-      raise ValueError(f"opid.paper_mode must be one of {GRPO_MODES}, got {self.paper_mode!r}")
-
-  def active(self, iteration: int) -> bool:
-    """Whether iteration `iteration` gets the skill advantage (OPID's `_is_opid_teacher_adv_enabled`)."""
-    return not (0 <= self.start_after and iteration <= self.start_after) and \
-        not (0 <= self.stop_after < iteration)
-
-  def failed_only_at(self, iteration: int) -> bool:
-    return iteration > self.failed_only_after if self.failed_only_after >= 0 else self.failed_only
 
 
 def trajectories(samples: Sequence[Sample]) -> Dict[int, List[Sample]]:
@@ -169,7 +117,7 @@ class HindsightTeacher:
     self.cfg, self.model, self.chat, self.max_prompt_tokens = cfg, model, chat, max_prompt_tokens
     self.server = None
     if cfg.analyzer in ("oracle", "stats"):
-      from agentopd_jax.skills.oracle import OracleAnalyzer
+      from agentopd_jax.methods.opid.oracle import OracleAnalyzer
       self.analyzer = OracleAnalyzer(env_name, env_cfg, cfg.max_step_skills)
     else:
       # The key is never a config field (the config is saved with every checkpoint): "openai" reads
@@ -201,7 +149,7 @@ class HindsightTeacher:
     def work():
       t0 = time.perf_counter()
       if self.cfg.analyzer in ("oracle", "stats"):
-        from agentopd_jax.skills.oracle import OracleEpisode
+        from agentopd_jax.methods.opid.oracle import OracleEpisode
         picked = (stats_candidates(by_traj, self.cfg.gamma, self.cfg.max_step_skills)
                   if self.cfg.analyzer == "stats" else {})
         results = self.analyzer.analyze([

@@ -27,7 +27,7 @@ from collections import Counter
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from agentopd_jax.envs.hindsight import Review, StepReview
-from agentopd_jax.skills.analysis import Analysis, AnalysisFailure, Result
+from agentopd_jax.methods.opid.analysis import Analysis, AnalysisFailure, Result
 
 MAX_QUOTE = 80  # characters of a policy action quoted in a skill (an invalid reply projects to its tail)
 MAX_MILESTONES = 8  # a longer workflow keeps its first 4 and last 3 milestones around "..."

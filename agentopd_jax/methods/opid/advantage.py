@@ -5,7 +5,7 @@ policy's own response when a hindsight skill is in its context.
   A^OPID_{i,t} = A^ep_i · m_{i,t} + w_ep · Δ^ep_{i,t} + w_step · Δ^step_{i,t}
 
 with r ∈ {ep, step}: ĥ^ep is the prompt with the episode skill inserted, ĥ^step with the critical-step skill
-(`skills.injection`). Both log-probs are π_old's, scored once per batch before the update, so Δ is a constant
+(`methods.opid.injection`). Both log-probs are π_old's, scored once per batch before the update, so Δ is a constant
 advantage, not a loss with a gradient. The loss is then plain GRPO on A^OPID, which is why OPID is an advantage and
 not an objective here. A^ep is `grpo_advantages` (verl-agent's cross-step `episode_norm_reward`).
 
@@ -67,7 +67,7 @@ def opid_advantages(episode_advantages: jnp.ndarray, mask: jnp.ndarray, old_logp
                     clip: Optional[float] = None, totals: Optional[Totals] = None) -> jnp.ndarray:
   """A^OPID [N, L] = A^ep · m + w_ep·Δ^ep + w_step·Δ^step (`compute_opid_advantage_components` with GiGPO's step
   weight at 0, as OPID's config forces). `episode_advantages` [N] per sample; the rest [N, L], `use_*` [N] 0/1 (the
-  routing of `skills.injection.route`); a route's teacher rows are ignored where it is not used. `totals`: see
+  routing of `methods.opid.injection.route`); a route's teacher rows are ignored where it is not used. `totals`: see
   `skill_shift` (multi-host)."""
   chex.assert_rank(episode_advantages, 1)
   adv = episode_advantages.astype(jnp.float32)[:, None] * mask.astype(jnp.float32)

@@ -35,7 +35,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from agentopd_jax.skills.injection import task_description
+from agentopd_jax.methods.opid.injection import task_description
 
 logger = logging.getLogger(__name__)
 
