@@ -7,7 +7,7 @@
       an n x n x n GEMM in the compute dtype measured in the same run (the CPU's roof, an unknown device's);
   (b) decode tokens/s of `Sampler.generate` (greedy, random prompts): the whole call, and the steady decode step
       (the call minus a prefill + one-step call with the same cache capacity);
-  (c) one GRPO iteration end to end: the trainer's own `Run.grpo_iteration` (ALFWorld rollout on generated games
+  (c) one GRPO iteration end to end: the trainer's own `Trainer.iteration` (ALFWorld rollout on generated games
       through the env workers, advantages, packed update with the reference forward), run twice from the
       random-init policy: the first compiles, the second is the figure.
 
@@ -187,18 +187,20 @@ def grpo_config(preset: str, dtype: str, impl: str, workdir: str, tasks: int, gr
 
 
 def measure_grpo_iteration(c, iterations: int = 2) -> dict:
-  """`iterations` of the trainer's `Run.grpo_iteration` from the random-init policy; the last one is the figure."""
+  """`iterations` of the trainer's `Trainer.iteration` from the random-init policy; the last one is the figure."""
   from unittest import mock
 
   import jax
   import jax.numpy as jnp
-  from agentopd_jax.training import trainer
+  from agentopd_jax.training import assembly
   from agentopd_jax.training.train_step import init_state
+  from agentopd_jax.training.trainer import Trainer
 
-  # The trainer random-initialises only CPU-sized presets (training a 1.5B from scratch is a mistake there); timing
+  # Assembly random-initialises only CPU-sized presets (training a 1.5B from scratch is a mistake there); timing
   # one iteration is not.
-  with mock.patch.object(trainer, "RANDOM_INIT_PRESETS", (c.model.preset,)):
-    run = trainer.Run(c)
+  with mock.patch.object(assembly, "RANDOM_INIT_PRESETS", (c.model.preset,)):
+    trainer = Trainer(assembly.build_run(c))
+  run = trainer.parts
   try:
     asked = {"dtype": c.model.dtype, "attention_impl": c.model.attention_impl}
     built = {k: getattr(run.model, k) for k in asked}
@@ -210,11 +212,11 @@ def measure_grpo_iteration(c, iterations: int = 2) -> dict:
                        run.mesh, run.model)
     metrics = []
     for iteration in range(1, iterations + 1):
-      state, m = run.grpo_iteration(state, iteration)
+      state, m = trainer.iteration(state, iteration)
       metrics.append(m)
       log(f"GRPO iteration {iteration}: {m['time/iteration_s']:.2f} s")
   finally:
-    run.close()
+    trainer.close()
   last = metrics[-1]
   split = {k.split("/")[1]: round(float(v), 3) for k, v in last.items() if k.startswith("time/")}
   return {"env": c.env.name, "tasks": c.grpo.tasks_per_iteration, "group": c.grpo.group_size,

@@ -1,6 +1,6 @@
 """The single training entry point: `python experiments/train.py --config=configs/alfworld.py[:variant]` (or
-configs/webshop.py, configs/searchqa.py). `config.method` picks the job: "grpo" (SFT warm start, then GRPO) or
-"agentic_opd" (the `:agentic_opd` variant: distil the checkpoints of the default GRPO run into its best one).
+configs/webshop.py, configs/searchqa.py). Every variant runs the one training loop (`training.trainer`); the config
+names the methods it plugs in (GRPO, SDAR and its baselines, Skill-GRPO, OPID, Agentic-OPD: `training.assembly`).
 
 Overrides: `--config.grpo.iterations=5 --config.workdir=/tmp/run`. Unknown fields and values of the wrong type are
 rejected by name (ml_collections), out-of-range values and unknown registry names by `training.config.from_config_dict`
@@ -15,10 +15,7 @@ from ml_collections import config_flags
 
 from agentopd_jax.parallel import distributed
 from agentopd_jax.storage.logs import configure_cli_logging
-from agentopd_jax.training.opd_trainer import train_agentic_opd
 from agentopd_jax.training.trainer import train
-
-METHODS = {"grpo": train, "agentic_opd": train_agentic_opd}
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/alfworld.py", "Training config.", lock_config=True)
 
@@ -27,10 +24,8 @@ def main(argv):
   del argv
   configure_cli_logging()
   c = _CONFIG.value
-  if c.method not in METHODS:
-    raise ValueError(f"config.method must be one of {sorted(METHODS)}, got {c.method!r}")
   distributed.initialize(c.distributed)
-  summary = METHODS[c.method](c)
+  summary = train(c)
   if distributed.is_primary():
     print(json.dumps(summary))
 

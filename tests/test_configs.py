@@ -10,7 +10,7 @@ import pytest
 from agentopd_jax.training import sweep as sweeps
 from agentopd_jax.training.config import from_config_dict
 from agentopd_jax.training.data import parse_task_phases
-from agentopd_jax.training.trainer import Run
+from agentopd_jax.training.assembly import build_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -49,13 +49,18 @@ def test_rlsd_warm_down_is_the_scripts_on_paper_presets():
     assert (c.loss.rlsd_warmdown_steps, c.loss.rlsd_schedule) == (100, "released_code")
 
 
-def test_agentic_opd_objective_needs_the_agentic_opd_trainer():
-  """The top-k ids come from the live policy: π_old only with the one update per batch of method agentic_opd."""
+def test_agentic_opd_method_and_objective_go_together():
+  """The objective reads the resident teacher only method agentic_opd provides, and that method trains with it."""
   c = _module().get_config("agentic_opd")
   from_config_dict(c)
   c.method = "grpo"
-  with pytest.raises(ValueError, match=r"^loss.objective: .*objective='agentic_opd' needs method='agentic_opd'.*"
-                                       r"grpo.mini_batch_size"):
+  with pytest.raises(ValueError, match=r"^loss.objective: method='agentic_opd' and the 'agentic_opd' objective"):
+    from_config_dict(c)
+  c.method, c.loss.objective = "agentic_opd", "grpo"
+  with pytest.raises(ValueError, match=r"^loss.objective: .*method='agentic_opd', loss.objective='grpo'"):
+    from_config_dict(c)
+  c.loss.objective, c.opd.selection_interval = "agentic_opd", 3
+  with pytest.raises(ValueError, match=r"^opd.selection_interval: 3 is not a multiple of validation.every \(4\)"):
     from_config_dict(c)
 
 
@@ -83,7 +88,7 @@ def test_paper_preset_needs_weights(tmp_path):
   c = _module().get_config("qwen2p5_3b")
   c.workdir = str(tmp_path)
   with pytest.raises(ValueError, match="model.path"):
-    Run(c)
+    build_run(c)
 
 
 def test_unknown_override_names_the_field():

@@ -98,7 +98,7 @@ def test_informative_groups_property(rows):
 
 def test_trainer_keeps_the_samples_of_informative_groups_only():
   from agentopd_jax.batching.samples import Sample
-  from agentopd_jax.training.trainer import informative_samples
+  from agentopd_jax.methods.grpo import informative_samples
 
   def sample(group, reward):
     return Sample(prompt_ids=[1], completion_ids=[2], completion_mask=[1], behaviour_logprobs=[0.0], group_id=group,

@@ -19,9 +19,11 @@ from agentopd_jax.scoring.teacher_signals import score_teacher  # noqa: E402
 from agentopd_jax.methods.opid import hindsight  # noqa: E402
 from agentopd_jax.methods.opid.config import OpidConfig  # noqa: E402
 from agentopd_jax.methods.opid.injection import augment_observation  # noqa: E402
+from agentopd_jax.methods.opid.method import Opid  # noqa: E402
 from agentopd_jax.training import trainer  # noqa: E402
 from agentopd_jax.storage.checkpoints import CheckpointPool  # noqa: E402
 from agentopd_jax.storage.logs import read_metrics  # noqa: E402
+from agentopd_jax.training.config import from_config_dict  # noqa: E402
 
 @pytest.fixture(scope="module")
 def games_root(alfworld_games_root):
@@ -162,7 +164,7 @@ def test_opid_needs_the_step_layout(tmp_path, games_root):
   c = _config("opid", tmp_path / "run", games_root)
   c.rollout.layout = "trajectory"
   with pytest.raises(ValueError, match="rollout.layout"):
-    trainer.Run._hindsight(types.SimpleNamespace(c=c))
+    Opid(from_config_dict(c).opid).start(types.SimpleNamespace(layout=c.rollout.layout))
 
 
 def test_bad_opid_fields_are_named():

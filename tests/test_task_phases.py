@@ -75,17 +75,18 @@ def test_a_run_draws_each_iteration_from_its_phase(games, tmp_path):
   run before it starts."""
   from conftest import tiny_alfworld_config
   from agentopd_jax.envs.alfworld.spec import alfworld_task_type
-  from agentopd_jax.training.trainer import Run
+  from agentopd_jax.training.assembly import build_run
+  from agentopd_jax.training.trainer import Trainer
 
   c = tiny_alfworld_config("", tmp_path / "run", games, grpo__tasks_per_iteration=1,
                            grpo__task_phases="look_at_obj_in_light@1,pick_and_place@3")
-  run = Run(c)
+  trainer = Trainer(build_run(c))
   try:
-    drawn = {i: {alfworld_task_type(g) for g in run.iteration_tasks(i)} for i in range(1, 6)}
+    drawn = {i: {alfworld_task_type(g) for g in trainer.iteration_tasks(i)} for i in range(1, 6)}
   finally:
-    run.close()
+    trainer.close()
   assert drawn == {1: {"look_at_obj_in_light"}, 2: {"look_at_obj_in_light"}, 3: {"pick_and_place"},
                    4: {"pick_and_place"}, 5: {"pick_and_place"}}
   c.grpo.tasks_per_iteration = 2  # the generated pool has one Look game
   with pytest.raises(ValueError, match=r"grpo.task_phases: the phase from iteration 1 \(look_at_obj_in_light\)"):
-    Run(c)
+    build_run(c)

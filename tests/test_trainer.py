@@ -303,8 +303,8 @@ def test_agentic_opd_distils_the_pool_into_the_best_checkpoint(opd_run, uninterr
   train = [r for r in records if r["phase"] == "train"]
   assert [r["step"] for r in train] == list(range(1, ITERATIONS + 1))
   assert all(r["opd/routed_fraction"] == 1.0 and r["actor/opd_reverse_kl"] > 0 for r in train)
-  # One optimizer step per iteration although the batch has more samples than grpo.mini_batch_size (8).
-  assert all(r["batch/updates"] == 1 and r["batch/samples"] > 8 for r in train)
+  # The same optimizer steps as every method: one per grpo.mini_batch_size (8) samples.
+  assert all(r["batch/samples"] > 8 and r["batch/updates"] == -(-r["batch/samples"] // 8) for r in train)
   assert [r["step"] for r in records if r["phase"] == "opd"] == list(range(ITERATIONS + 1))
   assert os.path.isfile(os.path.join(opd_run, "scheduler_state.json"))
 
@@ -316,7 +316,7 @@ def test_agentic_opd_run_killed_anywhere_resumes_to_the_uninterrupted_run(tmp_pa
     with open(os.path.join(workdir, "scheduler_state.json"), "w") as f:
       f.write('{"strategy": "hcn_v3", "weig')
 
-  # Killed after iteration 1's one update (the teacher scored, the scheduler fed) and while writing step 1 with the
+  # Killed after iteration 1's first update (the teacher scored, the scheduler fed) and while writing step 1 with the
   # scheduler's record; the other phases run GRPO's code, killed in the test above.
   out = _kill_anywhere(lambda **popen: _opd(workdir, games_root, uninterrupted, **popen),
                        ["train/update:1", "checkpoint/write:1"], half_written_mirror)
@@ -324,11 +324,13 @@ def test_agentic_opd_run_killed_anywhere_resumes_to_the_uninterrupted_run(tmp_pa
   _assert_same_run(workdir, opd_run)
 
 
-def test_agentic_opd_trains_on_whole_trajectories(tmp_path, games_root, uninterrupted):
+def test_agentic_opd_trains_on_whole_trajectories_in_one_step(tmp_path, games_root, uninterrupted):
   """verl-tool's layout (one sequence per episode, observation tokens masked), the spec's setting, selected by
-  `rollout.layout`: one sample per episode, one update per iteration, the student moves."""
+  `rollout.layout`: one sample per episode; with `opd.whole_batch_update` (the authors' trainer) one optimizer step
+  over the whole batch although it holds two mini-batches; the student moves."""
   workdir = str(tmp_path / "opd_traj")
-  _finish(_opd(workdir, games_root, uninterrupted, {"rollout__layout": "trajectory", "grpo__iterations": 1}))
+  _finish(_opd(workdir, games_root, uninterrupted, {"rollout__layout": "trajectory", "grpo__iterations": 1,
+                                                     "grpo__mini_batch_size": 4, "opd__whole_batch_update": True}))
   (train,) = [r for r in read_metrics(os.path.join(workdir, "logs")) if r["phase"] == "train"]
   assert train["batch/samples"] == 2 * 4  # tasks_per_iteration x group_size episodes, one sequence each
   assert train["batch/updates"] == 1 and train["actor/opd_reverse_kl"] > 0

@@ -1,8 +1,18 @@
-"""The training methods, one package each: SDAR and its self-distillation baselines (`sdar`), OPID's hindsight skill
-advantage (`opid`) and Agentic-OPD's checkpoint-teacher distillation (`agentic_opd`).
+"""The training methods, each in one place, all run by the one loop of `training/trainer.py` through the hooks of
+`methods.base.Method`: GRPO (`grpo`, the backbone every method shares), Skill-GRPO (`skill_grpo`), SDAR and its
+self-distillation baselines (`sdar`), OPID's hindsight skill advantage (`opid`) and Agentic-OPD's checkpoint-teacher
+distillation (`agentic_opd`).
 
 Importing this package registers every method's objectives in `objectives.registry` (each `losses` module calls
 `register_objective` when imported), so code that looks an objective up by name imports it first.
 """
+from agentopd_jax.methods.agentic_opd.method import AgenticOpd
+from agentopd_jax.methods.grpo import Grpo
+from agentopd_jax.methods.opid.method import Opid
+from agentopd_jax.methods.sdar.method import Sdar
+from agentopd_jax.methods.skill_grpo import SkillGrpo
 import agentopd_jax.methods.agentic_opd.losses  # noqa: F401  "agentic_opd"
 import agentopd_jax.methods.sdar.losses  # noqa: F401  "sdar", "grpo_opsd", "opsd", "rlsd", "skill_sd", "skill_grpo"
+
+# Every method by the name a run config gives it.
+METHODS = {m.name: m for m in (Grpo, SkillGrpo, Sdar, Opid, AgenticOpd)}

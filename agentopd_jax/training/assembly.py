@@ -1,14 +1,19 @@
-"""Run assembly: the small builders that turn a run config's fields into objects (model and tokenizer, env workers
-and rollout engines, chat format, validation key and sampling, checkpointed policies).
+"""Run assembly: the one place a run config becomes objects. `build_run(c)` checks the config (`from_config_dict`)
+and builds the run's parts once: model and tokenizer, tasks and validation panel, env workers and rollout engines,
+sampling, checkpoint pool, logger, optimizer, train step and the methods (`RunParts`). The trainer and the methods
+see only these parts, never the config.
 
-The trainers, the experiments and `serve` build a run's parts through these functions, so that a checkpoint is
-evaluated, probed and served with the very tokenizer, prompts, sampling and random numbers it was trained and
-validated with.
+The small builders below (model and tokenizer, env workers and rollout engines, chat format, validation key and
+sampling, checkpointed policies) are also what the experiments and `serve` use, so that a checkpoint is evaluated,
+probed and served with the very tokenizer, prompts, sampling and random numbers it was trained and validated with.
+They take the typed `RunConfig` or the ConfigDict alike (the same field names).
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
+from pathlib import Path
+from typing import Any, Callable, List, Tuple
 
 import jax
 
@@ -21,10 +26,25 @@ from agentopd_jax.rollout.chat import ChatFormat
 from agentopd_jax.rollout.engine import RolloutConfig, RolloutEngine
 from agentopd_jax.rollout.text_envs import make_text_env
 from agentopd_jax.sampling.sampler import Sampler, SamplingParams
-from agentopd_jax.storage.checkpoints import run_params
+from agentopd_jax.methods import METHODS
+from agentopd_jax.methods.base import Method, check_composition
+from agentopd_jax.objectives.advantages import SKILL_SHIFT_ESTIMATORS
+from agentopd_jax.objectives.registry import Objective, get_objective
+from agentopd_jax.parallel import distributed
+from agentopd_jax.parallel.sharding import make_mesh
+from agentopd_jax.storage.checkpoints import CheckpointPool, run_params
+from agentopd_jax.storage.logs import LiveReport, MetricsLogger, NullLogger
+from agentopd_jax.training import data
 from agentopd_jax.training.config import RunConfig, from_config_dict
+from agentopd_jax.training.train_step import BadUpdates, make_optimizer, make_train_step
 
 VALIDATION_STREAM = 10**6  # fold_in index of the validation key; GRPO iteration i uses index i
+RANDOM_INIT_PRESETS = ("tiny", "small")  # CPU-sized models trained from scratch; larger ones load a checkpoint
+
+
+def _plain(mapping) -> dict:
+  """A mapping field as a plain dict, from the typed config (a dict) or a ConfigDict."""
+  return mapping.to_dict() if hasattr(mapping, "to_dict") else dict(mapping)
 
 
 def text_env_factory(c):
@@ -41,7 +61,7 @@ def demonstration_env(c):
 
 
 def chat_format(c, tokenizer) -> ChatFormat:
-  return ChatFormat(tokenizer, c.model.chat_template_kwargs.to_dict())
+  return ChatFormat(tokenizer, _plain(c.model.chat_template_kwargs))
 
 
 def rollout_engine(c, model, tokenizer, mesh, num_envs: int, rollout: RolloutConfig | None = None) -> RolloutEngine:
@@ -49,10 +69,10 @@ def rollout_engine(c, model, tokenizer, mesh, num_envs: int, rollout: RolloutCon
   `rollout`: the run's typed `rollout` section (built from `c` when not given)."""
   envs = VectorEnv(registry.get(c.env.name).worker(c.env, c.rollout.max_steps), min(c.env.num_workers, num_envs),
                    num_envs, backend=c.env.backend, step_timeout_s=c.env.step_timeout_s,
-                   ray_actor_options=c.env.ray_actor_options.to_dict() if c.env.backend == "ray" else None)
+                   ray_actor_options=_plain(c.env.ray_actor_options) if c.env.backend == "ray" else None)
   sampler = Sampler(model, tokenizer, pad_id=tokenizer.pad_token_id or 0, mesh=mesh)
   return RolloutEngine(sampler, tokenizer, envs, text_env_factory(c),
-                       rollout or from_config_dict(c).rollout,
+                       rollout or (c.rollout if isinstance(c, RunConfig) else from_config_dict(c).rollout),
                        chat_format(c, tokenizer))
 
 
@@ -98,3 +118,112 @@ def checkpoint_policy(c, step: str, mesh):
   config, _, tokenizer = model_and_tokenizer(c, c.seed, mesh)
   params, number = run_params(c.workdir, step, sharded_abstract_params(config, mesh))
   return config, params, tokenizer, number
+
+
+@dataclasses.dataclass
+class RunParts:
+  """Everything a run builds once from its config; the trainer and the methods see only these."""
+  cfg: RunConfig
+  config_json: str            # the run config as saved with every checkpoint
+  workdir: Path
+  primary: bool               # this process writes the run's files
+  mesh: Any
+  local_mesh: Any             # where this process samples (the whole mesh on one host)
+  model: Any
+  init_params: Any
+  abstract_params: Any
+  tokenizer: Any
+  train_tasks: List[Any]
+  phases: Any
+  panel: List[Any]
+  group_of: Callable[[Any], Any]  # task -> its report group (the per-group metrics)
+  task_share: slice           # this process's shares of an iteration's tasks and of the panel
+  panel_share: slice
+  sampling: Sampling
+  validation_key: jax.Array
+  key: jax.Array              # the run's key; iteration i samples with fold_in(key, i)
+  train_engine: RolloutEngine
+  val_engine: RolloutEngine
+  pool: CheckpointPool
+  live: LiveReport
+  log: Any
+  optimizer: Any
+  bad_updates: BadUpdates
+  use_reference: bool
+  objective: Objective
+  train_step: Callable
+  methods: Tuple[Method, ...]
+
+
+def method_names(cfg: RunConfig) -> Tuple[str, ...]:
+  """The run's methods, in the order their hooks run: OPID's advantage shift (`grpo.advantage` "opid*") before a
+  teacher-reading objective's method (SDAR and its baselines) or Skill-GRPO's prompt skills; Agentic-OPD alone."""
+  if cfg.method == "agentic_opd":
+    return ("agentic_opd",)
+  objective = get_objective(cfg.loss.objective)
+  names = ("opid",) if cfg.grpo.advantage in SKILL_SHIFT_ESTIMATORS else ()
+  if objective.student_skills:
+    names += ("skill_grpo",)
+  elif objective.teacher_top_k is not None:
+    names += ("sdar",)
+  return names or ("grpo",)
+
+
+def make_method(name: str, cfg: RunConfig) -> Method:
+  """Method `name` built from its config sections."""
+  sections = {
+      "skill_grpo": lambda: (cfg.skills,),
+      "sdar": lambda: (cfg.teacher, cfg.skills, cfg.loss),
+      "opid": lambda: (cfg.opid,),
+      "agentic_opd": lambda: (cfg.opd, distributed.local_size(cfg.grpo.micro_batch_size, "grpo.micro_batch_size")),
+  }
+  return METHODS[name](*sections.get(name, tuple)())
+
+
+def build_run(c) -> RunParts:
+  """The run's parts from its ConfigDict `c`: every section typed and checked first (`from_config_dict`, one error
+  naming `section.field`), then the model, tasks, engines, pool, logger, optimizer, train step and methods."""
+  cfg = from_config_dict(c)  # before anything loads
+  if not cfg.model.path and cfg.model.preset not in RANDOM_INIT_PRESETS:
+    raise ValueError(f"model.path: preset {cfg.model.preset!r} needs pretrained weights; pass "
+                     f"--config.model.path=/path/to/hf_folder (random init is only for {RANDOM_INIT_PRESETS})")
+  config_json = c.to_json_best_effort(indent=2)
+  workdir, primary = Path(cfg.workdir), distributed.is_primary()
+  workdir.mkdir(parents=True, exist_ok=True)
+  if primary:
+    (workdir / "config.json").write_text(config_json)
+  mesh = make_mesh(tuple(cfg.mesh_shape))
+  local_mesh = distributed.local_mesh(mesh)
+  model, init_params, tokenizer = model_and_tokenizer(cfg, base_seed(cfg), mesh)
+  spec = registry.get(cfg.env.name)
+  train_tasks, valid_tasks = spec.tasks(cfg.env)
+  g, v = cfg.grpo, cfg.validation
+  panel = valid_tasks[:v.num_tasks]
+  task_share = distributed.share(g.tasks_per_iteration, "grpo.tasks_per_iteration")
+  panel_share = distributed.share(len(panel), "validation.num_tasks", even=False)
+  train_engine = rollout_engine(cfg, model, tokenizer, local_mesh,
+                                (task_share.stop - task_share.start) * g.group_size, cfg.rollout)
+  val_engine = rollout_engine(cfg, model, tokenizer, local_mesh,
+                              (panel_share.stop - panel_share.start) * v.attempts, cfg.rollout)
+  live = LiveReport()
+  log = (MetricsLogger(workdir / "logs", use_tensorboard=cfg.logging.tensorboard, on_log=live)
+         if primary else NullLogger())
+  optimizer = make_optimizer(cfg.optim)
+  use_reference = cfg.loss.kl_coef > 0
+  runs_at = sampling(cfg)
+  names = method_names(cfg)
+  methods = tuple(make_method(name, cfg) for name in names)
+  check_composition(methods)
+  return RunParts(
+      cfg=cfg, config_json=config_json, workdir=workdir, primary=primary, mesh=mesh, local_mesh=local_mesh,
+      model=model, init_params=init_params, abstract_params=sharded_abstract_params(model, mesh), tokenizer=tokenizer,
+      train_tasks=train_tasks, phases=data.phase_pools(train_tasks, spec.task_group, g.task_phases, cfg.env.name,
+                                                       g.tasks_per_iteration),
+      panel=panel, group_of=spec.group_of, task_share=task_share, panel_share=panel_share, sampling=runs_at,
+      validation_key=validation_key(cfg), key=jax.random.key(cfg.seed), train_engine=train_engine,
+      val_engine=val_engine, pool=CheckpointPool(workdir / "checkpoints", keep=cfg.checkpoint.keep or None),
+      live=live, log=log, optimizer=optimizer, bad_updates=BadUpdates(cfg.optim.max_bad_updates),
+      use_reference=use_reference, objective=get_objective(cfg.loss.objective),
+      train_step=make_train_step(model, cfg.loss, optimizer, mesh, use_reference,
+                                 temperature=runs_at.train.temperature),  # the rollouts' temperature
+      methods=methods)

@@ -54,7 +54,7 @@ def _at_least(section: str, obj, least: Dict[str, int]) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class SftConfig:
-  """The SFT warm start on expert demonstrations (`training.trainer.Run.sft`)."""
+  """The SFT warm start on expert demonstrations (`training.warm_start.sft`)."""
   steps: int = 330                     # 0 skips the warm start
   seed: int = 0                        # the warm start's seed (init, batch order): fixed, so every run seed starts RL
                                        # from one base model, as runs from a pretrained checkpoint do; -1: `seed`
@@ -192,11 +192,13 @@ class RunConfig:
       raise ValueError(f"pack_width={self.pack_width}: packing needs pack_width > 0 and a loss.loss_agg_mode other "
                        f"than {PER_SEQUENCE_MODES} (a packed row is not one sequence); got "
                        f"{self.loss.loss_agg_mode!r}. Set pack_width=0 for one sample per row")
-    if self.loss.objective == "agentic_opd" and self.method != "agentic_opd":
-      raise ValueError(f"loss.objective='agentic_opd' needs method='agentic_opd', got method={self.method!r}: the "
-                       "objective takes its top-k ids (and the sampled-token variant its student log-probs) from the "
-                       "live policy, which is π_old only while one optimizer step is taken per batch, as the "
-                       "Agentic-OPD trainer does; the GRPO trainer takes one per grpo.mini_batch_size samples")
+    if (self.loss.objective == "agentic_opd") != (self.method == "agentic_opd"):
+      raise ValueError(f"loss.objective: method='agentic_opd' and the 'agentic_opd' objective go together (its loss "
+                       f"reads the resident teacher that only that method provides); got method={self.method!r}, "
+                       f"loss.objective={self.loss.objective!r}")
+    if self.method == "agentic_opd" and self.opd.selection_interval % self.validation.every:
+      raise ValueError(f"opd.selection_interval: {self.opd.selection_interval} is not a multiple of validation.every "
+                       f"({self.validation.every}); a teacher is re-selected after a student validation")
 
 
 # ------------------------------------------------------------------------------------------- the ConfigDict side

@@ -1,5 +1,5 @@
-"""The run config's `opd` section: Agentic-OPD's student, teacher pool and scheduler (method="agentic_opd";
-training/opd_trainer.py)."""
+"""The run config's `opd` section: Agentic-OPD's student, teacher pool, scheduler and update size
+(method="agentic_opd"; `methods.agentic_opd.method`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -19,6 +19,8 @@ class OpdConfig:
   solved_rule: str = "any"             # a problem is solved by a checkpoint if any attempt won ("majority": most)
   prune_dominated: bool = False        # drop teachers whose solved set another teacher's contains
   lad: str = "group_rates"             # LAD routing: "group_rates" (teacher rollouts on the same tasks) or "off"
+  whole_batch_update: bool = False     # one optimizer step over the whole batch per iteration, as the authors'
+                                       # trainer; False: grpo.mini_batch_size mini-batches, as every method takes
 
   def __post_init__(self):
     if self.scheduler not in SCHEDULERS:

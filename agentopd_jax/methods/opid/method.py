@@ -1,0 +1,47 @@
+"""OPID as an add-on method: hindsight skills shift GRPO's advantages token by token (research/methods.md §3).
+
+After each rollout an analyzer (`opid.analyzer`: an LLM through an OpenAI-compatible endpoint, or the env's oracle)
+reads the batch's finished trajectories on a worker thread while the loop computes GRPO's advantages; it writes an
+episode skill and critical-step skills. The rollout-time policy then re-scores each completion with and without its
+skill in the prompt, and the log-prob shift, weighted by `opid.w_episode`/`w_step`, is added to the episode
+advantage (`methods.opid.hindsight`). It stacks on any method that does not set the advantages itself (`sdar+opid`).
+"""
+from __future__ import annotations
+
+import time
+
+from agentopd_jax.methods.base import Iteration, Method, MethodContext, Signals
+from agentopd_jax.methods.opid.hindsight import HindsightTeacher
+
+
+class Opid(Method):
+  name = "opid"
+  provides = frozenset({"advantages"})
+
+  def __init__(self, opid_cfg):
+    self.cfg = opid_cfg
+    self.hindsight = None
+    self.analysis = None
+
+  def start(self, ctx: MethodContext) -> None:
+    if ctx.layout != "step":
+      raise ValueError(f"rollout.layout: OPID needs 'step' (its skills are scored per env step), got {ctx.layout!r}")
+    self.ctx = ctx
+    self.hindsight = HindsightTeacher(self.cfg, ctx.env_name, ctx.env_cfg, ctx.model, ctx.chat, ctx.max_prompt_tokens)
+
+  def after_rollout(self, it: Iteration) -> None:
+    self.analysis = self.hindsight.submit(it.rollout.samples, it.tasks, it.iteration)
+
+  def signals(self, it: Iteration) -> Signals:
+    analysis, self.analysis = self.analysis, None
+    if analysis is None:
+      return Signals()
+    t0 = time.perf_counter()
+    advantages, metrics = self.hindsight.advantages(it.params, it.samples, it.advantages, analysis,
+                                                    **self.ctx.scoring)
+    metrics["time/opid_s"] = time.perf_counter() - t0
+    return Signals(advantages=advantages, metrics=metrics)
+
+  def close(self) -> None:
+    if self.hindsight is not None:
+      self.hindsight.close()

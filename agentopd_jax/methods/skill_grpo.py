@@ -1,0 +1,52 @@
+"""Skill-GRPO (SDAR's baseline, research/methods.md §4): GRPO with the retrieved skills in the student's own prompt.
+
+The skills are retrieved per task from the env's bank (`skills.retrieval`; a UCB bandit learns from each episode's
+success which skills help), prepended to the student's prompts during rollouts, and the loss is plain GRPO. As the
+authors validate twice, every validation also plays the panel with the skills in the prompt (`val_skills/...`).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Mapping
+
+from agentopd_jax.envs.verl_agent.metrics import episode_metrics
+from agentopd_jax.methods.base import Method, MethodContext, Iteration, Signals
+from agentopd_jax.skills.context import SkillContext
+
+
+class SkillGrpo(Method):
+  name = "skill_grpo"
+  provides = frozenset({"context"})
+
+  def __init__(self, skills_cfg):
+    self.skills_cfg = skills_cfg
+    self.skills = None
+
+  def start(self, ctx: MethodContext) -> None:
+    c = self.skills_cfg
+    self.ctx = ctx
+    self.skills = SkillContext(ctx.env_name, c.bank_dir, c.retrieval, ctx.seed, c.ucb_c)
+
+  def load_state_dict(self, extra: Mapping[str, Any]) -> None:
+    if "skills" in extra:
+      self.skills.load_state_dict(extra["skills"])
+
+  def prompt_context(self, it: Iteration):
+    context, it.prompt_state = self.skills.prompt_context(it.envs, it.iteration, first_episode=it.first_episode)
+    return context
+
+  def signals(self, it: Iteration) -> Signals:
+    """The bandit's feedback: each episode's success for the skills its prompts held."""
+    won = {ep.traj_id: float(ep.won) for ep in it.rollout.episodes}
+    self.skills.update({e: (names, won[e]) for e, names in it.prompt_state.items()}, it.first_episode)
+    return Signals(metrics={f"skills/hits/{name}": n for name, n in self.skills.take_hits().items()})
+
+  def validation_metrics(self, params, iteration: int) -> Dict[str, float]:
+    """The panel played again with the skills in the student's prompt."""
+    def context_of(tasks, first_episode):
+      return self.skills.prompt_context(tasks, self.ctx.validation_stream, first_episode=first_episode)[0]
+    records, _, _ = self.ctx.play_panel(params, context_of)
+    self.skills.take_hits()  # validation's retrievals are not the training batch's
+    return {f"val_skills/{k}": v for k, v in episode_metrics(records).items()}
+
+  def state_dict(self) -> Dict[str, Any]:
+    return {"skills": self.skills.state_dict()}

@@ -1,0 +1,92 @@
+"""The policy a run starts from: checkpoint `warm_start_step` of `warm_start_run`, else SFT on expert
+demonstrations, else the initial params (a method's own starting params, e.g. Agentic-OPD's student, come first)."""
+from __future__ import annotations
+
+import dataclasses
+from typing import List
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from agentopd_jax import faults
+from agentopd_jax.batching.samples import Sample
+from agentopd_jax.envs import registry
+from agentopd_jax.objectives.registry import LossConfig
+from agentopd_jax.parallel import distributed
+from agentopd_jax.rollout.demonstrations import demonstration_samples
+from agentopd_jax.skills.context import SkillContext
+from agentopd_jax.storage.checkpoints import run_params
+from agentopd_jax.storage.logs import progress
+from agentopd_jax.training.assembly import RunParts, base_seed, demonstration_env
+from agentopd_jax.training.train_step import BadUpdates, init_state, make_minibatches, make_optimizer, make_train_step
+
+
+def warm_start(parts: RunParts):
+  """GRPO's starting params: checkpoint `warm_start_step` (default 0, the warm start) of `warm_start_run`'s pool,
+  else the SFT warm start, else the initial params."""
+  cfg = parts.cfg
+  if cfg.warm_start_run:
+    return run_params(cfg.warm_start_run, cfg.warm_start_step, parts.abstract_params, "warm_start_step")[0]
+  return sft(parts) if cfg.sft.steps else jax.tree.map(jnp.copy, parts.init_params)
+
+
+def sft(parts: RunParts):
+  """Imitation of expert demonstrations through the same train step: NLL on the replies, or on every token with
+  `sft.train_on_prompt`."""
+  cfg, s = parts.cfg, parts.cfg.sft
+  demos = demonstrations(parts)  # every process replays them all (a cheap, deterministic replay)
+  decay = max(s.steps - s.warmup_steps, 0) if s.lr_schedule == "cosine" else 0
+  # The run's AdamW (weight decay, clipping, betas) with the warm start's own rate and schedule.
+  optimizer = make_optimizer(dataclasses.replace(cfg.optim, learning_rate=s.learning_rate,
+                                                 warmup_steps=s.warmup_steps, decay_steps=decay, final_lr_ratio=0.1))
+  step_fn = make_train_step(parts.model, LossConfig(objective="sft"), optimizer, parts.mesh)
+  state = init_state(jax.tree.map(jnp.copy, parts.init_params), optimizer, mesh=parts.mesh, model=parts.model)
+  bad_updates = BadUpdates(cfg.optim.max_bad_updates)
+  rng = np.random.default_rng([base_seed(cfg), 7])
+  size = min(s.batch_size, len(demos))
+  mine = distributed.share(size, "sft.batch_size")  # every process draws the same batch and trains on its share
+  micro = distributed.local_size(s.micro_batch_size, "sft.micro_batch_size")
+  for step in parts.live.watch(progress(range(s.steps), desc="sft")):
+    picked = [demos[i] for i in rng.choice(len(demos), size, replace=False)][mine]
+    (batch,) = make_minibatches(picked, [0.0] * len(picked), len(picked), micro, cfg.pack_width,
+                                mesh=parts.local_mesh, agree=distributed.shape_agreement())
+    if s.train_on_prompt:
+      # Language modelling on the whole demonstration (env text included): a from-scratch model gets ~30x more
+      # supervised tokens for the same compute (docs/results.md: valid replies 0 -> 66 % after 50 steps).
+      # The replies are ~4 % of those tokens, so they are up-weighted (`sft.reply_weight`) to keep the action
+      # choice, where the copying from context must happen, a sizeable share of the loss. A sample's first token
+      # has no prediction (position 0), nor, when rows are packed, a context of its own.
+      batch.loss_mask = ((batch.positions > 0) + (s.reply_weight - 1.0) * batch.loss_mask).astype(np.float32)
+    state, metrics = step_fn(state, batch)
+    metrics = {k: float(v) for k, v in metrics.items()}
+    bad_updates.observe(metrics, picked, f"sft step {step + 1}")
+    parts.log.log(step + 1, {f"sft/{k}": v for k, v in metrics.items()}, phase="sft")
+    faults.point("sft/step")
+  parts.live.watch(None)
+  return state.params
+
+
+def demonstrations(parts: RunParts) -> List[Sample]:
+  """The warm start's samples: the expert's episodes of the first `sft.demos` training tasks and, for the share
+  `sft.skill_fraction` of them (spread evenly), also the `sft.skill_expert`'s episode behind SDAR's privileged
+  prompt with the task's KM-retrieved skills, so that the self-teacher learns to use skills it reads."""
+  cfg, s = parts.cfg, parts.cfg.sft
+  spec, engine = registry.get(cfg.env.name), parts.train_engine
+  games = parts.train_tasks[:s.demos]
+
+  def play(tasks, expert):
+    return demonstration_samples(demonstration_env(cfg), engine.text_env_factory, engine.chat, tasks,
+                                 spec.expert_policy(cfg.env, expert), cfg.rollout.layout,
+                                 mistake_rate=s.mistake_rate, seed=base_seed(cfg))
+
+  demos = play(games, s.expert)
+  fraction = s.skill_fraction
+  if not fraction:
+    return demos
+  skilled = [g for i, g in enumerate(games) if int((i + 1) * fraction) > int(i * fraction)]
+  skills = SkillContext(cfg.env.name, cfg.skills.bank_dir, "km")
+  samples = play(skilled, s.skill_expert or s.expert)
+  privileged, _ = skills.privileged(samples, lambda x: skilled[x.traj_id], 0, parts.tokenizer,
+                                    cfg.rollout.max_prompt_tokens)
+  return demos + privileged
