@@ -35,6 +35,8 @@ def _write_run(run, records=RECORDS, params=PARAMS, outcomes=OUTCOMES, like=None
   os.makedirs(os.path.join(run, "logs"))
   with open(os.path.join(run, "logs", "metrics.jsonl"), "w") as f:
     f.writelines(json.dumps(r) + "\n" for r in records)
+  with open(os.path.join(run, "summary.json"), "w") as f:
+    json.dump({"final_success": 0.25}, f)
   if like is not None:
     shutil.copytree(os.path.join(like, "checkpoints"), os.path.join(run, "checkpoints"))
     return
@@ -126,3 +128,12 @@ def test_one_bit_changes_the_digest_and_order_is_fixed():
   assert same_run.params_digest(dict(reversed(list(PARAMS.items())))) == digest  # dict key order does not matter
   assert same_run.params_digest({**PARAMS, "embedding": PARAMS["embedding"].reshape(2, 4)}) != digest
   assert same_run.params_digest({**PARAMS, "embedding": PARAMS["embedding"].astype(np.float64)}) != digest
+
+
+def test_an_unfinished_run_is_not_equal(runs, capsys, tmp_path):
+  a, b = runs
+  shutil.copytree(os.path.join(b, "same"), tmp_path / "same")
+  os.remove(tmp_path / "same" / "summary.json")  # still running, or killed
+  code, out, summary = _main(capsys, os.path.join(a, "same"), str(tmp_path / "same"))
+  assert code == 1 and not summary["runs"]["same"]["finished"] and not summary["all_equal"]
+  assert "unfinished (no summary.json): B" in out
