@@ -4,6 +4,7 @@ import copy
 import importlib.util
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -137,3 +138,21 @@ def test_an_unfinished_run_is_not_equal(runs, capsys, tmp_path):
   code, out, summary = _main(capsys, os.path.join(a, "same"), str(tmp_path / "same"))
   assert code == 1 and not summary["runs"]["same"]["finished"] and not summary["all_equal"]
   assert "unfinished (no summary.json): B" in out
+
+
+def test_recorded_comparison_matches_docs():
+  """docs/architecture.md's same-run table is the record in results/same_run/: every run listed, equal, its digest."""
+  with open(os.path.join(ROOT, "docs", "architecture.md")) as f:
+    doc = f.read()
+  section = doc[doc.index("### Recorded"):]
+  record_name = re.search(r"`(results/same_run/[\w.]+\.json)`", section).group(1)
+  with open(os.path.join(ROOT, record_name)) as f:
+    record = json.load(f)
+  assert record["all_equal"] and f"`{record['base']}`" in section and f"`{record['new']}`" in section
+  rows = re.findall(r"^\| (\w+) \| ([\d, ]+) \| `([0-9a-f]{16})…` \| identical \| identical \|$", section, re.M)
+  assert sorted(name for name, _, _ in rows) == sorted(record["runs"]) and rows
+  for name, steps, digest in rows:
+    run = record["runs"][name]
+    assert run["equal"] and run["finished"]
+    assert run["params_digest_a"] == run["params_digest_b"] and run["params_digest_a"].startswith(digest)
+    assert [int(s) for s in steps.split(",")] == run["checkpoint_steps"]
