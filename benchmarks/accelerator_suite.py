@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Accelerator suite (issue 22): one command that measures a 1.5B-shaped model on whatever device JAX finds.
+"""Accelerator suite: one command that measures a 1.5B-shaped model on whatever device JAX finds.
 
   (a) train-step MFU: `bench_train_step`'s GRPO step (policy fwd+bwd + reference fwd, kl_coef=0.01 and
       entropy_coef=0.001) on a synthetic B x T batch, its model-FLOPs formula, against the device's peak: the dense

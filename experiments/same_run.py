@@ -14,7 +14,8 @@ Per run it compares
   3. the validation outcomes ({problem: [successes, attempts]}) in each checkpoint's record (`meta`), and
      `teacher_outcomes/<step>.json` where an Agentic-OPD run has them.
 It ends with a JSON summary {"runs": {name: {...}}, "only_in_a": [...], "only_in_b": [...], "all_equal": bool} and
-exits 0 iff every run present in both is equal (sub-runs present in only one are listed, not counted).
+exits 0 iff every run present in both has finished (its summary.json) and is equal (sub-runs present in only one
+are listed, not counted).
 """
 import argparse
 import hashlib
@@ -192,6 +193,10 @@ def compare_run(name, run_a, run_b, keys_of=None, max_lines=40, out=None):
       lines.append(f"checkpoint {step} params: A {ca[step][0]}, B {cb[step][0]}")
   if not ca and not cb:
     lines.append("no checkpoints in either run")
+  unfinished = [label for label, run in (("A", run_a), ("B", run_b))
+                if not os.path.isfile(os.path.join(run, "summary.json"))]
+  if unfinished:
+    lines.append(f"unfinished (no summary.json): {' and '.join(unfinished)}")
   outcome_lines = [line for step in common for line in _outcome_diffs(f"checkpoint {step}", ca[step][1], cb[step][1])]
   ta, tb = teacher_outcomes(run_a), teacher_outcomes(run_b)
   if sorted(ta) != sorted(tb):
@@ -207,7 +212,9 @@ def compare_run(name, run_a, run_b, keys_of=None, max_lines=40, out=None):
              "params_digest_a": ca[final_a][0] if ca else None, "params_digest_b": cb[final_b][0] if cb else None,
              "params_equal": params_equal, "checkpoint_steps": common,
              "outcomes_equal": not outcome_lines and sorted(ca) == sorted(cb)}
-  summary["equal"] = summary["metrics_equal"] and summary["params_equal"] and summary["outcomes_equal"]
+  summary["finished"] = not unfinished
+  summary["equal"] = (summary["metrics_equal"] and summary["params_equal"] and summary["outcomes_equal"]
+                      and summary["finished"])
   return summary
 
 

@@ -4,6 +4,7 @@ import copy
 import importlib.util
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -35,6 +36,8 @@ def _write_run(run, records=RECORDS, params=PARAMS, outcomes=OUTCOMES, like=None
   os.makedirs(os.path.join(run, "logs"))
   with open(os.path.join(run, "logs", "metrics.jsonl"), "w") as f:
     f.writelines(json.dumps(r) + "\n" for r in records)
+  with open(os.path.join(run, "summary.json"), "w") as f:
+    json.dump({"final_success": 0.25}, f)
   if like is not None:
     shutil.copytree(os.path.join(like, "checkpoints"), os.path.join(run, "checkpoints"))
     return
@@ -126,3 +129,30 @@ def test_one_bit_changes_the_digest_and_order_is_fixed():
   assert same_run.params_digest(dict(reversed(list(PARAMS.items())))) == digest  # dict key order does not matter
   assert same_run.params_digest({**PARAMS, "embedding": PARAMS["embedding"].reshape(2, 4)}) != digest
   assert same_run.params_digest({**PARAMS, "embedding": PARAMS["embedding"].astype(np.float64)}) != digest
+
+
+def test_an_unfinished_run_is_not_equal(runs, capsys, tmp_path):
+  a, b = runs
+  shutil.copytree(os.path.join(b, "same"), tmp_path / "same")
+  os.remove(tmp_path / "same" / "summary.json")  # still running, or killed
+  code, out, summary = _main(capsys, os.path.join(a, "same"), str(tmp_path / "same"))
+  assert code == 1 and not summary["runs"]["same"]["finished"] and not summary["all_equal"]
+  assert "unfinished (no summary.json): B" in out
+
+
+def test_recorded_comparison_matches_docs():
+  """docs/architecture.md's same-run table is the record in results/same_run/: every run listed, equal, its digest."""
+  with open(os.path.join(ROOT, "docs", "architecture.md")) as f:
+    doc = f.read()
+  section = doc[doc.index("### Recorded"):]
+  record_name = re.search(r"`(results/same_run/[\w.]+\.json)`", section).group(1)
+  with open(os.path.join(ROOT, record_name)) as f:
+    record = json.load(f)
+  assert record["all_equal"] and f"`{record['base']}`" in section and f"`{record['new']}`" in section
+  rows = re.findall(r"^\| (\w+) \| ([\d, ]+) \| `([0-9a-f]{16})…` \| identical \| identical \|$", section, re.M)
+  assert sorted(name for name, _, _ in rows) == sorted(record["runs"]) and rows
+  for name, steps, digest in rows:
+    run = record["runs"][name]
+    assert run["equal"] and run["finished"]
+    assert run["params_digest_a"] == run["params_digest_b"] and run["params_digest_a"].startswith(digest)
+    assert [int(s) for s in steps.split(",")] == run["checkpoint_steps"]
