@@ -81,3 +81,13 @@ def send_json(handler: BaseHTTPRequestHandler, status: int, payload: Any, *, clo
     handler.wfile.write(data)
   except (BrokenPipeError, ConnectionResetError):
     logger.info("the client of %s %s left before its answer", handler.command, handler.path)
+
+
+def add_server_arguments(parser, api_key_env: str, protected: str) -> None:
+  """The flags both servers take: where to listen, the bearer key (`protected`: which paths it guards) and the body
+  limit. The key's default comes from `api_key_env`, read by the caller, so it never shows in the process list."""
+  parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (loopback unless exposed on purpose)")
+  parser.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed in the ready line)")
+  parser.add_argument("--api_key", default="", help=f"require 'Authorization: Bearer <key>' on {protected}; default "
+                      f"${api_key_env} (better: argv is visible to other local users); none: open")
+  parser.add_argument("--max_body_bytes", type=int, default=MAX_BODY_BYTES, help="larger request bodies get 413")

@@ -1,7 +1,7 @@
 """benchmarks/accelerator_suite.py's parts on the tiny preset with minimal shapes, so that the day an accelerator is
 at hand the suite runs and its JSON means what it says.
 
-The GRPO part is the trainer's own `Run.grpo_iteration` (tests/test_trainer.py runs it); building a Run and compiling
+The GRPO part is the trainer's own `Trainer.iteration` (tests/test_trainer.py runs it); building a Run and compiling
 its rollout and update takes over a minute here, so `--quick` is where the suite's wrapper of it is exercised.
 """
 import os

@@ -19,7 +19,7 @@ import signal
 import sys
 import threading
 
-from agentopd_jax.http_guard import MAX_BODY_BYTES, SERVE_API_KEY_ENV
+from agentopd_jax.http_guard import SERVE_API_KEY_ENV, add_server_arguments
 from agentopd_jax.serve.protocol import MAX_MESSAGES
 
 
@@ -30,8 +30,6 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--step", default="", help="a run's checkpoint: an integer, 'best' or 'latest' (default latest)")
   p.add_argument("--served_name", default="", help="the model id clients send (default: the folder's name, "
                  "plus -step<N> for a run)")
-  p.add_argument("--host", default="127.0.0.1")
-  p.add_argument("--port", type=int, default=8000, help="0: any free port (printed)")
   p.add_argument("--max_batch", type=int, default=16, help="requests per generate call")
   p.add_argument("--max_new_tokens", type=int, default=1024, help="the default and largest max_tokens")
   p.add_argument("--batch_wait_ms", type=float, default=10.0, help="wait this long for a batch to fill")
@@ -39,9 +37,7 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--mesh_shape", default="-1,1,1", help="(data, fsdp, tensor) device mesh")
   p.add_argument("--chat_template_kwargs", default="", help='JSON, e.g. \'{"enable_thinking": false}\'')
   p.add_argument("--seed", type=int, default=0, help="key of unseeded sampled requests")
-  p.add_argument("--api_key", default="", help=f"require 'Authorization: Bearer <key>' (all but /health); default "
-                 f"${SERVE_API_KEY_ENV}; none: open")
-  p.add_argument("--max_body_bytes", type=int, default=MAX_BODY_BYTES, help="larger request bodies get 413")
+  add_server_arguments(p, SERVE_API_KEY_ENV, "every path but /health")
   p.add_argument("--max_messages", type=int, default=MAX_MESSAGES, help="more messages per request get 400")
   return p
 

@@ -38,7 +38,8 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 from agentopd_jax.envs.search.client import API_KEY_ENV, health
 from agentopd_jax.envs.search.retriever import BM25Retriever, read_corpus
 from agentopd_jax.envs.search.world import generate_world
-from agentopd_jax.http_guard import MAX_BODY_BYTES, BodyError, authorized, body_length, send_json
+from agentopd_jax.http_guard import (MAX_BODY_BYTES, BodyError, add_server_arguments, authorized, body_length,
+                                    send_json)
 
 logger = logging.getLogger(__name__)
 MAX_QUERIES = 4096  # the default of --max_queries
@@ -242,12 +243,8 @@ def _parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
   parser.add_argument("--corpus", default="", help="wiki-18-format JSONL; default: the bundled encyclopedia")
   parser.add_argument("--seed", type=int, default=0, help="seed of the bundled encyclopedia (without --corpus)")
-  parser.add_argument("--host", default="127.0.0.1", help="interface (Search-R1 binds 0.0.0.0; loopback is safer)")
-  parser.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed in the ready line)")
   parser.add_argument("--topk", type=int, default=3, help="results per query when a request gives no topk")
-  parser.add_argument("--api_key", default="", help=f"require 'Authorization: Bearer <key>' on /retrieve; default "
-                      f"${API_KEY_ENV} (better: argv is visible to other local users); none: open")
-  parser.add_argument("--max_body_bytes", type=int, default=MAX_BODY_BYTES, help="larger request bodies get 413")
+  add_server_arguments(parser, API_KEY_ENV, "/retrieve")  # Search-R1 binds 0.0.0.0; loopback is safer
   parser.add_argument("--max_queries", type=int, default=MAX_QUERIES, help="more queries per request get 422")
   return parser
 

@@ -13,13 +13,14 @@ from typing import Mapping, Tuple
 
 from agentopd_jax.envs import verl_agent
 from agentopd_jax.envs.verl_agent.rewards import WIN_REWARD
+from agentopd_jax.envs.verl_agent.text import HistoryText
 from agentopd_jax.envs.webshop import prompts
 
 _NO_ACTIONS = {"has_search_bar": False, "clickables": []}
 REWARDS = ("success", "score")  # verl-agent's 10 iff the purchase scores 1.0; 10 x the purchase's score
 
 
-class WebshopText:
+class WebshopText(HistoryText):
   """WebShop under verl-agent's WebShop template (or our compact one, which asks for no <think> block)."""
 
   name = "webshop"
@@ -28,41 +29,21 @@ class WebshopText:
                invalid_penalty: float = verl_agent.INVALID_ACTION_PENALTY_COEF["webshop"], reward: str = "success"):
     if reward not in REWARDS:
       raise ValueError(f"env.reward must be one of {REWARDS} for WebShop, got {reward!r}")
+    super().__init__(history_length, compact, flavor, invalid_penalty)
     self.reward_kind = reward
-    self.history_length = history_length
-    self.compact = compact
-    self.flavor = flavor
-    self.invalid_penalty = invalid_penalty
-    self.memory = verl_agent.SimpleMemory()
-    self.task, self.observation, self.available = "", "", _NO_ACTIONS
+    self.available = _NO_ACTIONS
 
   def begin(self, observation: str, infos: Mapping) -> None:
     self.memory.reset()
     self.task = prompts.webshop_task(observation)
     self._show(observation, infos)
 
-  def step_prompt(self) -> str:
-    """This step's prompt with the text history (step-wise layout)."""
-    return prompts.render(self.observation, self.available, self.task, self.memory, self.history_length,
-                          compact=self.compact, flavor=self.flavor)
-
-  def turn_prompt(self) -> str:
-    """This step's prompt without history (whole-trajectory layout: the history is the conversation itself)."""
-    return prompts.render(self.observation, self.available, self.task, verl_agent.SimpleMemory(), 0,
+  def render(self, memory, history_length: int) -> str:
+    return prompts.render(self.observation, self.available, self.task, memory, history_length,
                           compact=self.compact, flavor=self.flavor)
 
   def project(self, response: str) -> Tuple[str, int]:
     return prompts.project(response, compact=self.compact)
-
-  def demo_reply(self, action: str) -> str:
-    """How a demonstration step is written as a reply (SFT warm start)."""
-    if self.compact:
-      return f"<action>{action}</action>"
-    return f"<think>I should {action} next.</think><action>{action}</action>"
-
-  def observe(self, action: str, observation: str, infos: Mapping) -> None:
-    self.memory.store(self.observation, action)
-    self._show(observation, infos)
 
   def reward(self, score: float, done: bool, infos: Mapping) -> Tuple[float, bool]:
     reward, won = verl_agent.webshop_reward(score, done)
