@@ -225,7 +225,12 @@ def main(argv=None):
   parser.add_argument("--keys_of", choices=["a"], default=None,
                       help="a: compare only the metric keys (and records) present in A's metrics.jsonl")
   parser.add_argument("--max_lines", type=int, default=40, help="differences printed per run and kind")
+  parser.add_argument("--record", default="", help="also write the JSON summary here, with --base and --new")
+  parser.add_argument("--base", default="", help="--record: what A is (e.g. its commit)")
+  parser.add_argument("--new", default="", help="--record: what B is")
   args = parser.parse_args(argv)
+  if args.record and not (args.base and args.new):
+    parser.error("--record needs --base and --new")
   os.environ.setdefault("JAX_PLATFORMS", "cpu")  # reading checkpoints needs no accelerator
   pairs, only_a, only_b = pair_runs(args.run_a, args.run_b)
   if not pairs:
@@ -239,6 +244,10 @@ def main(argv=None):
   result = {"runs": runs, "only_in_a": only_a, "only_in_b": only_b,
             "all_equal": all(r["equal"] for r in runs.values())}
   print(json.dumps(result, indent=2, sort_keys=True))
+  if args.record:
+    record = dict(result, base=args.base, new=args.new, **({"keys_of": args.keys_of} if args.keys_of else {}))
+    with open(args.record, "w") as f:
+      f.write(json.dumps(record, indent=2, sort_keys=True) + "\n")
   return 0 if result["all_equal"] else 1
 
 

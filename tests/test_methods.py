@@ -56,3 +56,13 @@ def test_a_method_without_hooks_adds_nothing():
   m = Method()
   assert m.initial_params() is None and m.teacher_params() is None and m.minibatch_size(None) is None
   assert m.signals(None) == Signals() and m.state_dict() == {} and m.validation_metrics(None, 0) == {}
+
+
+def test_every_registered_method_is_built_from_the_sections_it_names():
+  from agentopd_jax.methods import METHODS
+  from agentopd_jax.training.assembly import make_method
+  cfg = _config("cpu")
+  for name, cls in METHODS.items():
+    assert all(hasattr(cfg, section) for section in cls.sections), name
+    method = make_method(name, cfg)
+    assert isinstance(method, cls) and method.name == name

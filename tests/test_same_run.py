@@ -115,6 +115,11 @@ def test_keys_of_a_ignores_keys_b_adds(runs, capsys):
   assert code == 0 and summary["all_equal"] and list(summary["runs"]) == ["newkey"]
   code, out, summary = _main(capsys, os.path.join(b, "newkey"), os.path.join(a, "newkey"), "--keys_of=a")
   assert code == 1 and "B '<missing>'" in out  # A's keys are all compared
+  record = os.path.join(os.path.dirname(a), "record.json")
+  code, _, summary = _main(capsys, os.path.join(a, "newkey"), os.path.join(b, "newkey"), "--keys_of=a",
+                           f"--record={record}", "--base=abc", "--new=def")
+  with open(record) as f:
+    assert json.load(f) == dict(summary, base="abc", new="def", keys_of="a")
 
 
 def test_two_equal_run_folders_exit_zero(runs, capsys):
@@ -141,18 +146,22 @@ def test_an_unfinished_run_is_not_equal(runs, capsys, tmp_path):
 
 
 def test_recorded_comparison_matches_docs():
-  """docs/architecture.md's same-run table is the record in results/same_run/: every run listed, equal, its digest."""
+  """docs/architecture.md's same-run table is the records in results/same_run/ it names: every run listed, equal,
+  its digest."""
   with open(os.path.join(ROOT, "docs", "architecture.md")) as f:
     doc = f.read()
   section = doc[doc.index("### Recorded"):]
-  record_name = re.search(r"`(results/same_run/[\w.]+\.json)`", section).group(1)
-  with open(os.path.join(ROOT, record_name)) as f:
-    record = json.load(f)
-  assert record["all_equal"] and f"`{record['base']}`" in section and f"`{record['new']}`" in section
+  section = section[:section.find("\n## ")] if "\n## " in section else section
+  runs = {}
+  for name in re.findall(r"`(results/same_run/[\w.]+\.json)`", section):
+    with open(os.path.join(ROOT, name)) as f:
+      record = json.load(f)
+    assert record["all_equal"] and f"`{record['base']}`" in section and f"`{record['new']}`" in section
+    runs.update(record["runs"])
   rows = re.findall(r"^\| (\w+) \| ([\d, ]+) \| `([0-9a-f]{16})…` \| identical \| identical \|$", section, re.M)
-  assert sorted(name for name, _, _ in rows) == sorted(record["runs"]) and rows
+  assert rows and sorted(name for name, _, _ in rows) == sorted(runs)
   for name, steps, digest in rows:
-    run = record["runs"][name]
+    run = runs[name]
     assert run["equal"] and run["finished"]
     assert run["params_digest_a"] == run["params_digest_b"] and run["params_digest_a"].startswith(digest)
     assert [int(s) for s in steps.split(",")] == run["checkpoint_steps"]

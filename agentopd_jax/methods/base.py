@@ -38,6 +38,7 @@ class MethodContext:
   layout: str                 # rollout.layout: "step" (one sample per env step) or "trajectory"
   max_prompt_tokens: int
   seed: int
+  micro_batch_size: int       # this process's rows per micro-batch (`grpo.micro_batch_size` over its processes)
   mesh: Any
   local_mesh: Any
   abstract_params: Any        # the params' shapes and shardings on `mesh` (to restore checkpoints into)
@@ -81,10 +82,12 @@ class Signals:
 
 
 class Method:
-  """A training method's hooks; each default does nothing. `provides` names the `Signals` fields the method sets
-  (two methods of a run may not set the same one); `log_phases` are the extra metric phases it logs, kept on resume.
+  """A training method's hooks; each default does nothing. `sections` names the run-config sections its constructor
+  takes, in order (assembly passes them, typed); `provides` the `Signals` fields the method sets (two methods of a
+  run may not set the same one); `log_phases` the extra metric phases it logs, kept on resume.
   """
   name: str = ""
+  sections: tuple = ()
   provides: frozenset = frozenset()
   log_phases: tuple = ()
 

@@ -15,6 +15,7 @@ from agentopd_jax.skills.context import SkillContext
 
 class SkillGrpo(Method):
   name = "skill_grpo"
+  sections = ("skills",)
   provides = frozenset({"context"})
 
   def __init__(self, skills_cfg):

@@ -170,14 +170,9 @@ def method_names(cfg: RunConfig) -> Tuple[str, ...]:
 
 
 def make_method(name: str, cfg: RunConfig) -> Method:
-  """Method `name` built from its config sections."""
-  sections = {
-      "skill_grpo": lambda: (cfg.skills,),
-      "sdar": lambda: (cfg.teacher, cfg.skills, cfg.loss),
-      "opid": lambda: (cfg.opid,),
-      "agentic_opd": lambda: (cfg.opd, distributed.local_size(cfg.grpo.micro_batch_size, "grpo.micro_batch_size")),
-  }
-  return METHODS[name](*sections.get(name, tuple)())
+  """Method `name` built from the config sections it names (`Method.sections`)."""
+  cls = METHODS[name]
+  return cls(*(getattr(cfg, section) for section in cls.sections))
 
 
 def build_run(c) -> RunParts:

@@ -62,7 +62,9 @@ class Trainer:
     self.ctx = MethodContext(
         model=parts.model, tokenizer=parts.tokenizer, chat=parts.train_engine.chat, env_name=self.cfg.env.name,
         env_cfg=self.cfg.env, layout=self.cfg.rollout.layout, max_prompt_tokens=self.cfg.rollout.max_prompt_tokens,
-        seed=self.cfg.seed, mesh=parts.mesh, local_mesh=parts.local_mesh, abstract_params=parts.abstract_params,
+        seed=self.cfg.seed,
+        micro_batch_size=distributed.local_size(self.cfg.grpo.micro_batch_size, "grpo.micro_batch_size"),
+        mesh=parts.mesh, local_mesh=parts.local_mesh, abstract_params=parts.abstract_params,
         train_engine=parts.train_engine, train_sampling=s,
         scoring={"temperature": s.temperature, "pack_width": self.cfg.pack_width,
                  "rows_per_call": self.cfg.grpo.micro_batch_size, "mesh": parts.local_mesh},

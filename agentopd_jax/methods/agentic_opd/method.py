@@ -51,12 +51,12 @@ TEACHER_ROLLOUT_STREAM = 2 * 10**6  # fold_in offset of the teacher's LAD rollou
 
 class AgenticOpd(Method):
   name = "agentic_opd"
+  sections = ("opd",)
   provides = frozenset({"distill_weights", "teacher_params", "initial_params"})
   log_phases = ("opd",)
 
-  def __init__(self, opd_cfg, micro_batch_size: int):
+  def __init__(self, opd_cfg):
     self.cfg = opd_cfg
-    self.micro_batch_size = micro_batch_size  # this process's micro-batch rows (the whole-batch update's multiple)
     self.teacher = None
     self.switches = 0
 
@@ -134,7 +134,7 @@ class AgenticOpd(Method):
     """With `opd.whole_batch_update`: the whole batch (every process padded to the largest share), one step."""
     if not self.cfg.whole_batch_update:
       return None
-    return round_up(max(distributed.allgather(len(it.samples))), self.micro_batch_size)
+    return round_up(max(distributed.allgather(len(it.samples))), self.ctx.micro_batch_size)
 
   def teacher_params(self):
     return self.teacher.params

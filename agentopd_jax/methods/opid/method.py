@@ -16,6 +16,7 @@ from agentopd_jax.methods.opid.hindsight import HindsightTeacher
 
 class Opid(Method):
   name = "opid"
+  sections = ("opid",)
   provides = frozenset({"advantages"})
 
   def __init__(self, opid_cfg):

@@ -21,6 +21,7 @@ from agentopd_jax.storage.checkpoints import run_params
 
 class Sdar(Method):
   name = "sdar"
+  sections = ("teacher", "skills", "loss")
   provides = frozenset({"teacher"})
 
   def __init__(self, teacher_cfg, skills_cfg, loss_cfg):
