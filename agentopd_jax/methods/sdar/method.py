@@ -26,12 +26,12 @@ class Sdar(Method):
 
   def __init__(self, teacher_cfg, skills_cfg, loss_cfg):
     self.teacher_cfg, self.skills_cfg, self.loss_cfg = teacher_cfg, skills_cfg, loss_cfg
-    self.top_k = get_objective(loss_cfg.objective).teacher_top_k(loss_cfg)
     self.skills = None
 
   def start(self, ctx: MethodContext) -> None:
     t, s = self.teacher_cfg, self.skills_cfg
     self.ctx = ctx
+    self.top_k = get_objective(self.loss_cfg.objective).teacher_top_k(self.loss_cfg)  # the objective's support
     if t.context == "skills":
       self.skills = SkillContext(ctx.env_name, s.bank_dir, s.retrieval, ctx.seed, s.ucb_c)
     pool = (distributed.to_local(run_params(t.pool_run, t.pool_step, ctx.abstract_params, "teacher.pool_step")[0],
