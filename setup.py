@@ -25,7 +25,7 @@ CORE = [
 
 RETRIEVAL = ["bm25s==0.3.16"]  # BM25 for the WebShop search engine and the search-QA retrieval server
 WEBSHOP = RETRIEVAL + ["rapidfuzz==3.14.6"]  # WebShop's fuzzy attribute/option matching (thefuzz's token_set_ratio)
-# TFDS without TensorFlow (array_record files); tfds imports importlib_resources, which etils no longer installs.
+# TFDS without TensorFlow (array_record files); tfds imports importlib_resources, which etils (1.15) does not install.
 DATA = ["tensorflow-datasets==4.9.10", "array-record==0.8.6", "grain==0.2.18", "importlib-resources==7.1.0",
         "pyarrow==26.0.1"]
 

@@ -259,7 +259,7 @@ def main(argv=None) -> dict:
   peak = device_peak(device["device_kind"], device["backend"], dtype)
   log(f"{device}, compute {dtype}, kernels {impls}, peak {peak}")
   result = {
-      "benchmark": "accelerator suite (issue 22)",
+      "benchmark": "accelerator suite",
       "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
       "machine": {**device, "platform": platform.platform(), "cpu_count": os.cpu_count(),
                   "load_avg_1_5_15_at_start": [round(x, 2) for x in os.getloadavg()]},

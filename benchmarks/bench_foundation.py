@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Foundation benchmark (issue 2): our JAX stack vs transformers/PyTorch, same model, same batch, one run.
+"""Foundation benchmark: our JAX stack vs transformers/PyTorch, same model, same batch, one run.
 
   P1  fused policy + reference + teacher scoring (one jitted step)   vs  three HF forwards + log_softmax/gather
   P2  `Sampler.generate` (KV cache, while_loop decode)                vs  HF `generate(use_cache=True)`
@@ -150,7 +150,7 @@ def timing_entry(times: list, work: float, unit: str = "tokens_per_s") -> dict:
 
 def ratio_entry(ours: dict, theirs: dict, target: float | None = None, key: str = "tokens_per_s") -> dict:
   """ours/theirs on the medians (the reported figure) and on the best runs (a check against load spikes); with the
-  issue's `target` for it, whether that is met."""
+  benchmark's `target` for it, whether that is met."""
   r = ours[key] / theirs[key]
   best = ours[f"best_{key}"] / theirs[f"best_{key}"]
   entry = {"ratio": round(r, 3), "ratio_best_of_repeats": round(best, 3)}
@@ -590,7 +590,7 @@ def main(argv=None) -> dict:
   install_compile_timer()
   t_start = time.perf_counter()
   result = {
-      "benchmark": "foundation (issue 2)",
+      "benchmark": "foundation",
       "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
       "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
                   "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),

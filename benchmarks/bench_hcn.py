@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""HCN teacher selection time at the issue's scale: 100 teachers × 10 000 validation problems, target < 50 ms a round.
+"""HCN teacher selection time at the target scale: 100 teachers × 10 000 validation problems, target < 50 ms a round.
 
 A synthetic pool (fixed seed): problems split between two namespaced datasets (`nq:` 1/3, `hotpotqa:` 2/3, as in
 the original's NQ + HotpotQA validation), each teacher solving a random 30–60 % of them. Each strategy is warmed up,

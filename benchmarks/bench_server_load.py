@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""A bounded load test of our two HTTP servers (issue 23): `--threads` concurrent clients, each with its own keep-alive
+"""A bounded load test of our two HTTP servers: `--threads` concurrent clients, each with its own keep-alive
 connection, until `--requests` requests are done or `--seconds` pass, whichever comes first. Prints JSON (progress on
 stderr): requests/s, latency p50/p99, errors (an exception or a non-200 answer) and wrong answers.
 

@@ -90,7 +90,7 @@ def main(argv=None):
   finally:
     venv.close()
   result = {
-      "benchmark": "vector env throughput (issue 3)",
+      "benchmark": "vector env throughput",
       "command": "python benchmarks/" + os.path.basename(__file__) + " " + " ".join(argv or sys.argv[1:]),
       "cpu_count": os.cpu_count(), "envs": len(tasks), "group": args.group, "workers": args.workers,
       "max_steps": args.steps, "rounds": args.rounds, "env_steps": n_vec,

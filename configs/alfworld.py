@@ -25,11 +25,11 @@ from agentopd_jax.training import presets
 def _cpu():
   c = presets.cpu_base("alfworld")
   # Half the demo games also get the skill-following explorer's episode behind SDAR's privileged skill prompt: the
-  # tiny model learns to act on skills it reads, which SDAR's self-teacher needs (docs/results.md, issue 19).
+  # tiny model learns to act on skills it reads, which SDAR's self-teacher needs (docs/results.md, SDAR).
   c.sft.skill_fraction = 0.5
   c.sft.skill_expert = "skilled_explorer"
   # Validation samples like the rollouts (T=1.0): it measures the policy GRPO optimises. At T=0.4 (the paper
-  # setting) the tiny model's sharpened policy does not follow GRPO's changes (docs/results.md, sessions 7-8).
+  # setting) the tiny model's sharpened policy does not follow GRPO's changes (docs/results.md, six seeds).
   # 64 problems x 4 attempts = 256 episodes: about 2 points of standard error at 15 % success.
   c.validation.temperature = 1.0
   c.validation.num_tasks = 64

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The forgetting benchmark (docs/results.md, issue 21), one command, resumable: every finished step is skipped.
+# The forgetting benchmark (docs/results.md), one command, resumable: every finished step is skipped.
 #
 #   bash experiments/forgetting_alfworld.sh
 #   ATTEMPTS=8 bash experiments/forgetting_alfworld.sh

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# OPID against GRPO on the ALFWorld CPU default, from SDAR's warm start (docs/results.md, issue 20):
+# OPID against GRPO on the ALFWorld CPU default, from SDAR's warm start (docs/results.md):
 #
 #   bash experiments/opid_alfworld.sh                       # seeds 0 1 2 at w = 0.001, the w sweep on seed 0
 #   SEEDS="0" WEIGHTS="1.0" bash experiments/opid_alfworld.sh

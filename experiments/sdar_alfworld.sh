@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SDAR against GRPO and GRPO+OPSD on the ALFWorld CPU default, from one warm start (docs/results.md, issue 19):
+# SDAR against GRPO and GRPO+OPSD on the ALFWorld CPU default, from one warm start (docs/results.md):
 #
 #   bash experiments/sdar_alfworld.sh                 # seeds 0 1 2, λ = 1.0, into runs/sdar_exp
 #   SEEDS="0" LAMBDA=0.1 OUT=runs/sdar_lam01 bash experiments/sdar_alfworld.sh

@@ -115,7 +115,7 @@ def test_look_lists_objects_moved_between_receptacles_sharing_a_spot(version, tm
 
 def test_the_package_exports_alfworld_env():
   import agentopd_jax.envs.alfworld as alfworld
-  assert alfworld.AlfworldEnv is AlfworldEnv and "AlfworldEnv" in alfworld.__all__  # as the README uses it
+  assert alfworld.AlfworldEnv is AlfworldEnv and "AlfworldEnv" in alfworld.__all__  # as docs/usage.md uses it
 
 
 def test_the_expert_plans_within_the_episode(tmp_path):

@@ -121,8 +121,8 @@ def test_explorer_wins_and_takes_only_what_it_has_seen(gamefiles):
 
 
 def test_explorer_uses_a_lamp_seen_where_it_took_the_object():
-  """In a look task whose lamp stands beside the object, the explorer uses it right after the take; it used to walk
-  the whole room first, because the remembered sighting was where it already stood (`go to` there is not admissible)."""
+  """In a look task whose lamp stands beside the object, the explorer uses it right after the take, not after
+  walking the whole room: the remembered sighting is where it already stands (`go to` there is not admissible)."""
   from agentopd_jax.envs.alfworld import grammar
   from agentopd_jax.envs.alfworld.expert import explore_then_solve
   beside = 0

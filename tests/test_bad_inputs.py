@@ -1,4 +1,4 @@
-"""Bad input fails once, where it enters, with one error that names the field, file or tensor (issue 23, item 4).
+"""Bad input fails once, where it enters, with one error that names the field, file or tensor.
 
 Run configs (`training.config.from_config_dict`, train.py's flags), Hugging Face model folders (`hf_io.load_hf`, `ModelConfig`)
 and tokenizers (`load_model_and_tokenizer`). Cases tested elsewhere are not repeated here: an unknown override field

@@ -1,4 +1,4 @@
-"""Supply chain (issue 23, item 7): no code from a model folder or a data file ever runs, and the dependencies are the
+"""Supply chain: no code from a model folder or a data file ever runs, and the dependencies are the
 exact versions tested together.
 
 A Hugging Face folder can carry Python (`auto_map` + trust_remote_code) and pickles (pytorch_model.bin, .pt, .pkl);

@@ -1,4 +1,4 @@
-"""The forgetting benchmark's second half (issue 21): Agentic-OPD on a pool that forgot, against continued GRPO.
+"""The forgetting benchmark's second half: Agentic-OPD on a pool that forgot, against continued GRPO.
 
   python experiments/sweep.py --sweep=configs/sweeps/forgetting_opd.py
   python experiments/compare.py --baseline=continued_grpo runs/sweeps/forgetting_opd

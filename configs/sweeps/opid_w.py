@@ -1,4 +1,4 @@
-"""OPID's weight sweep on the ALFWorld CPU default (issue 20): w_ep = w_step over 0.001 … 1, from SDAR's warm start.
+"""OPID's weight sweep on the ALFWorld CPU default: w_ep = w_step over 0.001 … 1, from SDAR's warm start.
 
   python experiments/sweep.py --sweep=configs/sweeps/opid_w.py
 
