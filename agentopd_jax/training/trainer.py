@@ -250,8 +250,9 @@ class Trainer:
     metrics.update({f"episode/{k}": v for k, v in episode_metrics(played).items()})
     if updates:
       metrics.update({f"actor/{k}": v for k, v in _mean_metrics(updates).items()})
-      # On the first mini-batch the policy still equals the sampler's, so this is the sampler<->trainer drift.
-      metrics["rollout/logprob_drift"] = updates[0]["logprob_drift"]
+      if "logprob_drift" in updates[0]:  # objectives with a PPO ratio report it
+        # On the first mini-batch the policy still equals the sampler's, so this is the sampler<->trainer drift.
+        metrics["rollout/logprob_drift"] = updates[0]["logprob_drift"]
     metrics.update({"time/env_s": it.rollout.stats["env_s"], "time/generate_s": it.rollout.stats["generate_s"],
                     "time/advantage_s": t2 - t1, "time/update_s": t3 - t2, "time/iteration_s": t3 - t0,
                     "batch/width": minibatches[0].tokens.shape[-1] if minibatches else 0,
