@@ -1,6 +1,7 @@
 """The single training entry point: `python experiments/train.py --config=configs/alfworld.py[:variant]` (or
-configs/webshop.py, configs/searchqa.py). Every variant runs the one training loop (`training.trainer`); the config
-names the methods it plugs in (GRPO, SDAR and its baselines, Skill-GRPO, OPID, Agentic-OPD: `training.assembly`).
+configs/webshop.py, configs/searchqa.py, configs/countdown.py). Every variant runs the one training loop
+(`training.trainer`); the config names the methods it plugs in (GRPO, SDAR and its baselines, Skill-GRPO, OPID,
+Agentic-OPD: `training.assembly`).
 
 Overrides: `--config.grpo.iterations=5 --config.workdir=/tmp/run`. Unknown fields and values of the wrong type are
 rejected by name (ml_collections), out-of-range values and unknown registry names by `training.config.from_config_dict`

@@ -22,7 +22,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURE = os.path.join(ROOT, "tests", "fixtures", "config_values.json")
 EXTRA_VARIANTS = {"configs/alfworld.py": ("forgetting",)}  # each env config's own `extra` of select_variant
-ENV_CONFIGS = ("configs/alfworld.py", "configs/webshop.py", "configs/searchqa.py")
+ENV_CONFIGS = ("configs/alfworld.py", "configs/webshop.py", "configs/searchqa.py", "configs/countdown.py")
 NO_VARIANT = ("configs/sample.py",)                         # get_config() takes no argument
 
 

@@ -1,5 +1,6 @@
 """One registered spec per env (`envs.registry`): `training/` names no env, and an env registered from outside the
-package (here the Countdown game, with its own text side and expert) trains end to end through the same entry point."""
+package (here the Countdown game under another name, with its own text side and a config field of its own) trains
+end to end through the same entry point."""
 import ast
 import dataclasses
 import functools
@@ -9,18 +10,17 @@ import re
 import subprocess
 import sys
 import textwrap
-from collections import deque
 from pathlib import Path
 
 import pytest
 
 from agentopd_jax.envs import registry
-from agentopd_jax.envs.toy import CountdownEnv
+from agentopd_jax.envs.countdown.env import CountdownEnv, solve
 from agentopd_jax.rollout.text_envs import make_text_env
 from agentopd_jax.training import presets
 
 PACKAGE = Path(__file__).resolve().parents[1] / "agentopd_jax"
-BUILT_IN = ("alfworld", "search", "webshop")
+BUILT_IN = ("alfworld", "countdown", "search", "webshop")
 
 
 def test_every_env_package_registers_its_spec():
@@ -80,10 +80,10 @@ def _is_docstring(tree, node) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------- an outside env
-class CountdownText:
-  """The policy's side of the Countdown game, in the `TextEnv` interface."""
+class OutsideText:
+  """The policy's side of the Countdown game, in the `TextEnv` interface, written outside the package."""
 
-  name = "countdown"
+  name = "outside_countdown"
 
   def __init__(self, history_length: int = 2, compact: bool = True, flavor: str = "verl-agent",
                invalid_penalty: float = 0.1, reward_scale: float = 1.0):
@@ -117,37 +117,19 @@ class CountdownText:
     return self.reward_scale * 10.0 * won, won
 
 
-def countdown_plan(task: int) -> list:
-  """The shortest winning moves of game `task` (breadth-first over add 1 / double)."""
-  env = CountdownEnv()
-  env.reset(task)
-  start, target = env._value, env._target
-  queue, seen = deque([(start, [])]), {start}
-  while queue:
-    value, moves = queue.popleft()
-    if value == target:
-      return moves
-    for move in CountdownEnv.COMMANDS:
-      nxt = CountdownEnv._apply(value, move)
-      if nxt <= target and nxt not in seen:
-        seen.add(nxt)
-        queue.append((nxt, moves + [move]))
-  return []
-
-
 @dataclasses.dataclass(frozen=True)
-class CountdownConfig(registry.EnvCommon):
-  """Countdown's `env` section: the shared fields plus its own."""
-  name: str = "countdown"
+class OutsideConfig(registry.EnvCommon):
+  """The outside env's `env` section: the shared fields plus its own."""
+  name: str = "outside_countdown"
   num_games: int = 16
   reward_scale: float = 1.0
 
 
-COUNTDOWN = registry.EnvSpec(
-    name="countdown", config=CountdownConfig,
+OUTSIDE = registry.EnvSpec(
+    name="outside_countdown", config=OutsideConfig,
     tasks=lambda env_cfg: (list(range(100, 100 + env_cfg.num_games)), list(range(env_cfg.num_games))),
     worker=lambda env_cfg, max_steps=None: functools.partial(CountdownEnv, max_steps=max_steps or 8),
-    text_env=CountdownText, experts=("bfs",), expert=lambda env_cfg, name: countdown_plan,
+    text_env=OutsideText, experts=("bfs",), expert=lambda env_cfg, name: solve,
     text_options=lambda env_cfg: {"reward_scale": env_cfg.reward_scale})
 
 
@@ -158,8 +140,8 @@ def test_an_env_registered_from_outside_trains_end_to_end(tmp_path, monkeypatch)
   from agentopd_jax.training.assembly import text_env_factory
   from agentopd_jax.training.trainer import train
 
-  registry.register(COUNTDOWN)
-  c = presets.cpu_base("countdown")
+  registry.register(OUTSIDE)
+  c = presets.cpu_base("outside_countdown")
   c.workdir = str(tmp_path / "run")
   c.env.num_games = 8
   c.env.reward_scale = 0.5

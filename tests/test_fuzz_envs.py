@@ -3,9 +3,10 @@
 A policy early in training writes anything: empty replies, unicode and control characters, thousands of '[' or
 '<search>', tags that almost parse. None of it may crash an env worker or stall a rollout, and whatever is not an
 action the env knows must get the env's documented invalid-action behaviour, byte for byte (environments.md §1.4,
-§3.4, §4.2, §4.3): ALFWorld says "Nothing happens." and changes nothing, WebShop shows the same page and pays
-nothing, verl-agent's search returns an empty observation, Search-R1 its invalid-action message. Every example runs
-under a wall-clock alarm, so a hang fails the test instead of stalling CI.
+§3.4, §4.2, §4.3): ALFWorld says "Nothing happens." and changes nothing, Countdown says it too and keeps its
+number (the move is spent), WebShop shows the same page and pays nothing, verl-agent's search returns an empty
+observation, Search-R1 its invalid-action message. Every example runs under a wall-clock alarm, so a hang fails the
+test instead of stalling CI.
 """
 import contextlib
 import importlib.util
@@ -28,6 +29,8 @@ from agentopd_jax import envs  # noqa: E402
 from agentopd_jax.envs import registry  # noqa: E402
 from agentopd_jax.envs.alfworld.env import AlfworldEnv  # noqa: E402
 from agentopd_jax.envs.alfworld.text import AlfworldText  # noqa: E402
+from agentopd_jax.envs.countdown.env import COMMANDS, CountdownEnv, apply, game, solve  # noqa: E402
+from agentopd_jax.envs.countdown.text import CountdownText  # noqa: E402
 from agentopd_jax.envs.search import formats  # noqa: E402
 from agentopd_jax.envs.search import prompts as search_prompts  # noqa: E402
 from agentopd_jax.envs.search.env import SearchEnv  # noqa: E402
@@ -67,6 +70,8 @@ TEXT_OPTIONS = {
                                       "reward": st.sampled_from(["success", "score"])}),
     "search": st.fixed_dictionaries({"history_length": st.integers(-1, 5), "compact": st.booleans(),
                                      "flavor": st.sampled_from(search_prompts.FLAVORS)}),
+    "countdown": st.fixed_dictionaries({"history_length": st.integers(-1, 3), "compact": st.booleans(),
+                                        "flavor": st.sampled_from(["verl-agent", "opid"])}),
 }
 CORPUS = [{"id": str(i), "contents": f'"{title}"\n{title} {text}'} for i, (title, text) in enumerate([
     ("Foia Haesson", "Foia Haesson (born 1964) is a painter from Varnholm."),
@@ -144,7 +149,7 @@ def test_every_shipped_env_is_fuzzed():
   """A new env package registers a spec (other tests register toy envs in-process); this file must then drive it."""
   shipped = {info.name for info in pkgutil.iter_modules(envs.__path__)
              if info.ispkg and importlib.util.find_spec(f"{envs.__name__}.{info.name}.spec") is not None}
-  assert shipped == {"alfworld", "webshop", "search"} and shipped <= set(registry.names())
+  assert shipped == {"alfworld", "countdown", "webshop", "search"} and shipped <= set(registry.names())
 
 
 def test_invalid_action_penalties_are_verl_agents():
@@ -189,6 +194,43 @@ def test_alfworld_survives_any_reply(alfworld_games, data):
         break
     event(f"alfworld: {'won' if infos['won'] else 'not won'}, last command {'un' if obs == NOTHING_HAPPENS else ''}known")
     assert env.step(reply(data, label="after done")) == result
+
+
+# --------------------------------------------------------------------------------------------------- Countdown
+@settings(max_examples=100, deadline=None)
+@given(data=st.data())
+def test_countdown_survives_any_reply(data):
+  """Anything but a move ("add 1" or "double" after strip and lower-casing) is "Nothing happens." and leaves the
+  number; the score is 1 exactly when the number is the target, and the episode is done when won, past the target or
+  out of moves, after which stepping is an error (the vector env never steps a finished episode)."""
+  with time_limit():
+    max_steps = data.draw(st.integers(1, 10), label="max_steps")
+    task = data.draw(st.integers(0, 10**6), label="game")
+    env, text = CountdownEnv(max_steps=max_steps), CountdownText(**data.draw(TEXT_OPTIONS["countdown"]))
+    expert = Expert(data, solve(task))
+    value, target = game(task)
+    obs, infos = env.reset(task)
+    text.begin(obs, infos)
+    for step in range(1, max_steps + 1):
+      check_text_env(text, step - 1)
+      assert infos["admissible_commands"] == list(COMMANDS)
+      action, valid = text.project(reply(data, expert.offer(list(COMMANDS)), f"reply {step}"))
+      expert.saw(action)
+      obs, score, done, infos = env.step(action)
+      if action in COMMANDS:
+        value = apply(value, action)
+      else:
+        assert obs.startswith(NOTHING_HAPPENS)
+      assert f"You have {value}." in obs and valid in (0, 1)
+      assert score == int(value == target) == int(infos["won"])
+      assert done == (value >= target or step == max_steps)
+      text.observe(action, obs, infos)
+      check_reward(text, score, done, infos)
+      if done:
+        break
+    event(f"countdown: {'won' if infos['won'] else 'not won'}")
+    with pytest.raises(RuntimeError, match="no episode running"):
+      env.step(reply(data, label="after done"))
 
 
 # ----------------------------------------------------------------------------------------------------- WebShop

@@ -17,7 +17,7 @@ import time
 import psutil
 import pytest
 
-from agentopd_jax.envs.toy import CountdownEnv
+from agentopd_jax.envs.countdown.env import CountdownEnv
 from agentopd_jax.envs.vector import VectorEnv, group_tasks
 
 FAULTY = functools.partial(CountdownEnv, faults=True)
@@ -205,7 +205,7 @@ def test_close_leaves_no_child_processes():
 
 def test_interpreter_exit_stops_unclosed_workers():
   script = textwrap.dedent("""
-      from agentopd_jax.envs.toy import CountdownEnv
+      from agentopd_jax.envs.countdown.env import CountdownEnv
       from agentopd_jax.envs.vector import VectorEnv
       if __name__ == "__main__":
         vec = VectorEnv(CountdownEnv, num_workers=2)

@@ -12,7 +12,7 @@ import psutil
 import pytest
 import ray
 
-from agentopd_jax.envs.toy import CountdownEnv
+from agentopd_jax.envs.countdown.env import CountdownEnv
 from agentopd_jax.envs.vector import VectorEnv
 from test_vector_env import (FAULTY, TIMEOUT_S, SerialEnvs, assert_failed, check_hang_times_out, play_out,
                              random_actions)
@@ -141,7 +141,7 @@ def test_actors_that_cannot_start_raise_at_construction(tmp_path, monkeypatch):
     VectorEnv(CountdownEnv, num_workers=1, reset_timeout_s=1.0, backend="ray",
               ray_actor_options={"num_cpus": RAY_CPUS + 1})  # more than the cluster has
   # An env module only this process can import: what a node without the package looks like.
-  (tmp_path / "env_only_here.py").write_text("from agentopd_jax.envs.toy import CountdownEnv\n"
+  (tmp_path / "env_only_here.py").write_text("from agentopd_jax.envs.countdown.env import CountdownEnv\n"
                                              "class Env(CountdownEnv): pass\n")
   monkeypatch.syspath_prepend(str(tmp_path))
   from env_only_here import Env

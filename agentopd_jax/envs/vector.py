@@ -3,7 +3,7 @@
 Why processes: ALFWorld/TextWorld keep global state and are not thread-safe, and env code can crash, hang or leak;
 a worker process isolates all of that from the trainer, which must never hang or lose an episode silently.
 
-Env interface (see `toy.CountdownEnv`): `env = factory()`, `obs, infos = env.reset(task)`,
+Env interface (see `countdown.env.CountdownEnv`): `env = factory()`, `obs, infos = env.reset(task)`,
 `obs, score, done, infos = env.step(action)`; `factory` is a picklable zero-arg callable (a module-level class or
 a `functools.partial` of one), `task` any picklable game spec (a game file, a seed), `infos` a dict.
 

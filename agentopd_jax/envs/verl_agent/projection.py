@@ -39,6 +39,12 @@ def _project(responses: Sequence[str], tail: int, check_think: bool) -> tuple[li
   return [a for a, _ in pairs], [v for _, v in pairs]
 
 
+def tagged_projection(responses: Sequence[str], tail: int, check_think: bool = True) -> tuple[list[str], list[int]]:
+  """(actions, valids) under the ALFWorld/WebShop rules with a `tail`-character fallback, for an env of our own whose
+  replies follow the same `<action>` convention (Countdown)."""
+  return _project(responses, tail, check_think)
+
+
 def alfworld_projection(responses: Sequence[str], check_think: bool = True) -> tuple[list[str], list[int]]:
   """(actions, valids) for ALFWorld; `check_think=False` for the compact template, which asks for no <think>."""
   return _project(responses, 30, check_think)
