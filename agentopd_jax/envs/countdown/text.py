@@ -1,5 +1,6 @@
 """The policy's side of a Countdown episode: prompts, action projection and reward (the `TextEnv` interface, see
-`rollout.text_envs`), so the rollout engine drives the game like any other env.
+`rollout.text_envs`; the history and demonstration replies come from `verl_agent.text.HistoryText`), so the rollout
+engine drives the game like any other env.
 
 The game follows verl-agent's ALFWorld conventions, so a model (or a reader) that knows those knows this: the same
 templates with the game named instead of ALFRED (verl-agent's with a <think> block, or our compact one for tiny
@@ -15,6 +16,7 @@ from typing import Mapping, Tuple
 
 from agentopd_jax.envs.verl_agent import SimpleMemory, prompts, tagged_projection
 from agentopd_jax.envs.verl_agent.rewards import WIN_REWARD
+from agentopd_jax.envs.verl_agent.text import HistoryText
 
 PROJECTION_TAIL = 30  # without <action> tags, the action is the reply's last 30 characters (invalid), as ALFWorld's
 _ALFRED, _GAME = "operating in the ALFRED Embodied Environment", "playing a number game"
@@ -39,7 +41,7 @@ def render(observation: str, admissible, task: str, memory: SimpleMemory, histor
                          admissible_actions=actions)
 
 
-class CountdownText:
+class CountdownText(HistoryText):
   """Countdown under verl-agent's ALFWorld-style template (or our compact one, which asks for no <think> block)."""
 
   name = "countdown"
@@ -48,42 +50,25 @@ class CountdownText:
                invalid_penalty: float = 0.1):
     if flavor not in TEMPLATES:
       raise ValueError(f"env.prompt_flavor must be one of {tuple(TEMPLATES)} for Countdown, got {flavor!r}")
-    self.history_length = history_length
-    self.compact = compact
-    self.flavor = flavor
-    self.invalid_penalty = invalid_penalty
-    self.memory = SimpleMemory()
-    self.task, self.observation, self.admissible = "", "", ()
+    super().__init__(history_length, compact, flavor, invalid_penalty)
+    self.admissible = ()
 
   def begin(self, observation: str, infos: Mapping) -> None:
     """A new game: its goal sentence of the reset text is the task the history template restates."""
     self.memory.reset()
     goal = _GOAL.search(observation)
     self.task = goal.group(0) if goal else observation
+    self._show(observation, infos)
+
+  def _show(self, observation: str, infos: Mapping) -> None:
     self.observation, self.admissible = observation, tuple(infos.get("admissible_commands", ()))
 
-  def step_prompt(self) -> str:
-    """This step's prompt with the text history (step-wise layout)."""
-    return render(self.observation, self.admissible, self.task, self.memory, self.history_length, self.compact,
-                  self.flavor)
-
-  def turn_prompt(self) -> str:
-    """This step's prompt without history (whole-trajectory layout: the history is the conversation itself)."""
-    return render(self.observation, self.admissible, self.task, SimpleMemory(), 0, self.compact, self.flavor)
+  def render(self, memory: SimpleMemory, history_length: int) -> str:
+    return render(self.observation, self.admissible, self.task, memory, history_length, self.compact, self.flavor)
 
   def project(self, response: str) -> Tuple[str, int]:
     actions, valids = tagged_projection([response], PROJECTION_TAIL, check_think=not self.compact)
     return actions[0], valids[0]
-
-  def demo_reply(self, action: str) -> str:
-    """How a demonstration step is written as a reply (SFT warm start)."""
-    if self.compact:
-      return f"<action>{action}</action>"
-    return f"<think>I should {action} next.</think><action>{action}</action>"
-
-  def observe(self, action: str, observation: str, infos: Mapping) -> None:
-    self.memory.store(self.observation, action)
-    self.observation, self.admissible = observation, tuple(infos.get("admissible_commands", ()))
 
   @staticmethod
   def reward(score: float, done: bool, infos: Mapping) -> Tuple[float, bool]:
