@@ -26,7 +26,7 @@ class AlfworldText(HistoryText):
   def _show(self, observation: str, infos: Mapping) -> None:
     self.observation, self.admissible = observation, tuple(infos.get("admissible_commands", ()))
 
-  def render(self, memory, history_length: int) -> str:
+  def _render(self, memory, history_length: int) -> str:
     return verl_agent.render_alfworld(self.observation, self.admissible, self.task, memory, history_length,
                                       compact=self.compact, flavor=self.flavor)
 

@@ -63,7 +63,7 @@ class CountdownText(HistoryText):
   def _show(self, observation: str, infos: Mapping) -> None:
     self.observation, self.admissible = observation, tuple(infos.get("admissible_commands", ()))
 
-  def render(self, memory: SimpleMemory, history_length: int) -> str:
+  def _render(self, memory: SimpleMemory, history_length: int) -> str:
     return render(self.observation, self.admissible, self.task, memory, history_length, self.compact, self.flavor)
 
   def project(self, response: str) -> Tuple[str, int]:

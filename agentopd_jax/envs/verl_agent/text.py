@@ -1,7 +1,7 @@
 """What verl-agent's ALFWorld and WebShop env managers share on the policy's side (the `TextEnv` interface, see
 `rollout.text_envs`): the text history of (observation, action) pairs, the step-wise prompt with the last
 `history_length` steps or the turn prompt without them, and how a demonstration step is written as a reply. Each env
-subclass says how a page is shown (`_show`) and rendered (`render`), how a reply is projected and rewarded."""
+subclass says how a page is shown (`_show`) and rendered (`_render`), how a reply is projected and rewarded."""
 from __future__ import annotations
 
 from typing import Mapping
@@ -22,7 +22,7 @@ class HistoryText:
     self.memory = SimpleMemory()
     self.task, self.observation = "", ""
 
-  def render(self, memory: SimpleMemory, history_length: int) -> str:
+  def _render(self, memory: SimpleMemory, history_length: int) -> str:
     """The prompt of the current page with `history_length` steps of `memory`."""
     raise NotImplementedError
 
@@ -32,11 +32,11 @@ class HistoryText:
 
   def step_prompt(self) -> str:
     """This step's prompt with the text history (step-wise layout)."""
-    return self.render(self.memory, self.history_length)
+    return self._render(self.memory, self.history_length)
 
   def turn_prompt(self) -> str:
     """This step's prompt without history (whole-trajectory layout: the history is the conversation itself)."""
-    return self.render(SimpleMemory(), 0)
+    return self._render(SimpleMemory(), 0)
 
   def demo_reply(self, action: str) -> str:
     """How a demonstration step is written as a reply (SFT warm start)."""

@@ -38,7 +38,7 @@ class WebshopText(HistoryText):
     self.task = prompts.webshop_task(observation)
     self._show(observation, infos)
 
-  def render(self, memory, history_length: int) -> str:
+  def _render(self, memory, history_length: int) -> str:
     return prompts.render(self.observation, self.available, self.task, memory, history_length,
                           compact=self.compact, flavor=self.flavor)
 
