@@ -23,7 +23,7 @@ from agentopd_jax.envs.verl_agent.corpus import default_corpus
 from agentopd_jax.models.loading import load_model_and_tokenizer
 from agentopd_jax.models.transformer import sharded_abstract_params
 from agentopd_jax.rollout.chat import ChatFormat
-from agentopd_jax.rollout.engine import RolloutConfig, RolloutEngine
+from agentopd_jax.rollout.engine import RolloutEngine
 from agentopd_jax.rollout.text_envs import make_text_env
 from agentopd_jax.sampling.sampler import Sampler, SamplingParams
 from agentopd_jax.methods import METHODS
@@ -64,15 +64,14 @@ def chat_format(c, tokenizer) -> ChatFormat:
   return ChatFormat(tokenizer, _plain(c.model.chat_template_kwargs))
 
 
-def rollout_engine(c, model, tokenizer, mesh, num_envs: int, rollout: RolloutConfig | None = None) -> RolloutEngine:
-  """The configured env, prompts and sampler over `num_envs` env workers (close with `engine.env.close()`);
-  `rollout`: the run's typed `rollout` section (built from `c` when not given)."""
+def rollout_engine(c, model, tokenizer, mesh, num_envs: int) -> RolloutEngine:
+  """The configured env, prompts and sampler over `num_envs` env workers (close with `engine.env.close()`)."""
   envs = VectorEnv(registry.get(c.env.name).worker(c.env, c.rollout.max_steps), min(c.env.num_workers, num_envs),
                    num_envs, backend=c.env.backend, step_timeout_s=c.env.step_timeout_s,
                    ray_actor_options=_plain(c.env.ray_actor_options) if c.env.backend == "ray" else None)
   sampler = Sampler(model, tokenizer, pad_id=tokenizer.pad_token_id or 0, mesh=mesh)
   return RolloutEngine(sampler, tokenizer, envs, text_env_factory(c),
-                       rollout or (c.rollout if isinstance(c, RunConfig) else from_config_dict(c).rollout),
+                       c.rollout if isinstance(c, RunConfig) else from_config_dict(c).rollout,
                        chat_format(c, tokenizer))
 
 
@@ -196,10 +195,8 @@ def build_run(c) -> RunParts:
   panel = valid_tasks[:v.num_tasks]
   task_share = distributed.share(g.tasks_per_iteration, "grpo.tasks_per_iteration")
   panel_share = distributed.share(len(panel), "validation.num_tasks", even=False)
-  train_engine = rollout_engine(cfg, model, tokenizer, local_mesh,
-                                (task_share.stop - task_share.start) * g.group_size, cfg.rollout)
-  val_engine = rollout_engine(cfg, model, tokenizer, local_mesh,
-                              (panel_share.stop - panel_share.start) * v.attempts, cfg.rollout)
+  train_engine = rollout_engine(cfg, model, tokenizer, local_mesh, (task_share.stop - task_share.start) * g.group_size)
+  val_engine = rollout_engine(cfg, model, tokenizer, local_mesh, (panel_share.stop - panel_share.start) * v.attempts)
   live = LiveReport()
   log = (MetricsLogger(workdir / "logs", use_tensorboard=cfg.logging.tensorboard, on_log=live)
          if primary else NullLogger())

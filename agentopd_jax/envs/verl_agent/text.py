@@ -4,12 +4,13 @@
 subclass says how a page is shown (`_show`) and rendered (`_render`), how a reply is projected and rewarded."""
 from __future__ import annotations
 
+import abc
 from typing import Mapping
 
 from agentopd_jax.envs.verl_agent.memory import SimpleMemory
 
 
-class HistoryText:
+class HistoryText(abc.ABC):
   """A verl-agent text env with a `SimpleMemory` history (see the module docstring)."""
 
   name = ""
@@ -22,13 +23,13 @@ class HistoryText:
     self.memory = SimpleMemory()
     self.task, self.observation = "", ""
 
+  @abc.abstractmethod
   def _render(self, memory: SimpleMemory, history_length: int) -> str:
     """The prompt of the current page with `history_length` steps of `memory`."""
-    raise NotImplementedError
 
+  @abc.abstractmethod
   def _show(self, observation: str, infos: Mapping) -> None:
     """Makes `observation` (and its admissible actions in `infos`) the current page."""
-    raise NotImplementedError
 
   def step_prompt(self) -> str:
     """This step's prompt with the text history (step-wise layout)."""

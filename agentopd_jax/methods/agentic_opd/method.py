@@ -105,10 +105,9 @@ class AgenticOpd(Method):
   def signals(self, it: Iteration) -> Signals:
     t0 = time.perf_counter()
     routed = self.routing(it)
-    count = sum(distributed.allgather(len(it.samples)))
-    routed_samples = float(sum(distributed.allgather(float(routed.sum()))))
+    count, routed_samples = np.sum(distributed.allgather([len(it.samples), float(routed.sum())]), axis=0)
     return Signals(distill_weights=routed.tolist(), metrics={
-        "opd/routed_samples": routed_samples, "opd/routed_fraction": float(routed_samples / max(count, 1)),
+        "opd/routed_samples": float(routed_samples), "opd/routed_fraction": float(routed_samples / max(count, 1)),
         "opd/teacher_step": float(self.teacher.step), "time/lad_s": time.perf_counter() - t0})
 
   def routing(self, it: Iteration) -> np.ndarray:
