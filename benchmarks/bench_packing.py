@@ -103,7 +103,7 @@ def main(argv=None) -> dict:
   if args.quick:
     args.samples, args.sft_batch, args.repeats = 32, 8, 2
   t0 = time.perf_counter()
-  from agentopd_jax.objectives.registry import LossConfig
+  from agentopd_jax.objectives.registry import LossParams
 
   samples = demonstration_steps(args.samples)
   log(f"{len(samples)} demonstration step samples")
@@ -111,9 +111,9 @@ def main(argv=None) -> dict:
   result = {"benchmark": "sequence packing: train step on the CPU default's step samples",
             "command": "python benchmarks/bench_packing.py" + (" --quick" if args.quick else ""),
             "machine": machine_roofline(), "code": code_version(), "pack_width": args.pack_width,
-            "grpo_update": bench_layouts(samples, advantages, LossConfig(), args.pack_width, args.micro,
+            "grpo_update": bench_layouts(samples, advantages, LossParams(), args.pack_width, args.micro,
                                          args.repeats),
-            "sft_step": bench_layouts(samples[:args.sft_batch], [0.0] * args.sft_batch, LossConfig(objective="sft"),
+            "sft_step": bench_layouts(samples[:args.sft_batch], [0.0] * args.sft_batch, LossParams("sft"),
                                       args.pack_width, args.micro, args.repeats)}
   result["wall_s"] = round(time.perf_counter() - t0, 1)
   emit_json(result, args.out)

@@ -175,14 +175,14 @@ def bench_train_step(args, cfg, peak_gflops: float, logprob_error_vs_f32: bool =
   import jax.numpy as jnp
 
   from agentopd_jax.models import transformer
-  from agentopd_jax.objectives.registry import LossConfig
+  from agentopd_jax.objectives.registry import LossCore, LossParams
   from agentopd_jax.scoring.fused import ScoreConfig, make_score_fn
   from agentopd_jax.training import train_step as ts
 
   b, t, m = args.batch, args.seq, args.micro
   params = transformer.init_params(cfg, jax.random.key(args.seed))
   score_params = (params, jax.tree.map(jnp.copy, params))  # the step donates its state: scoring gets its own copy
-  loss_cfg = LossConfig(kl_coef=0.01, entropy_coef=0.001)
+  loss_cfg = LossParams(core=LossCore(kl_coef=0.01, entropy_coef=0.001))
   optimizer = ts.make_optimizer(ts.OptimConfig(learning_rate=1e-6))
   batch = synthetic_batch(cfg, b, t, args.seed + 1)
 
@@ -241,8 +241,8 @@ def bench_train_step(args, cfg, peak_gflops: float, logprob_error_vs_f32: bool =
   out = {
       "batch": b, "seq_len": t, "micro_batch": m, "micro_batches": b // m, "tokens_per_step": n_tok,
       "loss_tokens_per_step": int(batch.loss_mask.sum()),
-      "loss_config": {"objective": loss_cfg.objective, "kl_coef": loss_cfg.kl_coef,
-                      "entropy_coef": loss_cfg.entropy_coef, "loss_agg_mode": loss_cfg.loss_agg_mode},
+      "loss_config": {"objective": loss_cfg.objective, "kl_coef": loss_cfg.core.kl_coef,
+                      "entropy_coef": loss_cfg.core.entropy_coef, "loss_agg_mode": loss_cfg.core.loss_agg_mode},
       "compile_s": round(step_compile_s, 3),
       **step_entry,
       "model_flops": {

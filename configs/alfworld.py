@@ -7,17 +7,20 @@ Variants (`get_config(arg)`):
   qwen2p5_7b     entropy 0.001, clip 0.2/0.2 c=3, 50 env steps, history 2, invalid penalty 0.1, rollout T=1.0,
   qwen3_1p7b     validation on 128 tasks at T=0.4, prompt/response 2048/512, no SFT. Weights come from
                  `--config.model.path=/path/to/hf_folder`.
-  agentic_opd    Agentic-OPD on the CPU default's finished GRPO run (`--config.opd.teacher_run`, default
+  agentic_opd    Agentic-OPD on the CPU default's finished GRPO run (`--config.agentic_opd.teacher_run`, default
                  runs/alfworld_cpu): its best checkpoint is the student, the others the teacher pool (HCN + LAD).
   sdar, grpo_opsd, opsd, rlsd, skill_sd, skill_grpo   SDAR and its baselines (docs/sdar.md), alone on CPU or before
                  a paper model (sdar_qwen2p5_3b).
   opid           OPID (docs/opid.md): GRPO plus the hindsight-skill advantage, the oracle analyzer on CPU, an
-                 OpenAI-compatible one on a paper model (opid_qwen2p5_3b).
+                 OpenAI-compatible one on a paper model (opid_qwen2p5_3b). It stacks on another method with
+                 `--config.method=sdar+opid`.
   forgetting     the forgetting benchmark's teacher pool (docs/results.md): GRPO whose task mix shifts, 8 iterations
                  of look_at_obj_in_light then 12 of pick_and_place at lr 3e-4, validated (and checkpointed) every 2
                  iterations; Agentic-OPD and continued GRPO then start from its pool (configs/sweeps/forgetting_opd.py).
-Any field can be overridden (`--config.grpo.iterations=5`); an unknown field is an error naming it. The fields and
-their defaults are the typed sections of `agentopd_jax/training/config.py`, the `env` ones `AlfworldConfig`
+Each method variant sets `method` (the primary method, optionally with add-ons: "sdar+opid") and its preset
+(`Method.preset` in `agentopd_jax/methods/`). Any field can be overridden (`--config.grpo.iterations=5`,
+`--config.sdar.coef=0.1`); an unknown field is an error naming it. The fields and their defaults are the typed
+sections of `agentopd_jax/training/config.py`, each method's group in its package, the `env` ones `AlfworldConfig`
 (`agentopd_jax/envs/alfworld/spec.py`).
 """
 from agentopd_jax.training import presets

@@ -16,6 +16,7 @@ message as Skill-GRPO's student does.
 """
 import json
 import os
+import sys
 
 from absl import app, flags
 from ml_collections import config_flags
@@ -34,7 +35,7 @@ from agentopd_jax.training.assembly import (
   sampling,
   validation_key,
 )
-from agentopd_jax.training.config import from_config_dict
+from agentopd_jax.training.config import from_config_dict, stale_flags
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/alfworld.py", "Run config.", lock_config=True)
 _STEP = flags.DEFINE_string("step", "best", "checkpoint step of config.workdir: an integer, 'best' or 'latest'")
@@ -93,4 +94,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  stale = stale_flags(sys.argv)  # a flag of the single-section layout: its key in the method groups
+  if stale:
+    sys.exit("\n".join(stale))
   app.run(main)

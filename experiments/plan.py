@@ -15,6 +15,7 @@ rollout.max_response_tokens.
 import dataclasses
 import inspect
 import json
+import sys
 
 from absl import app, flags
 from ml_collections import config_flags
@@ -23,12 +24,12 @@ import agentopd_jax.methods  # noqa: F401  registers the methods' objectives
 from agentopd_jax.batching.collate import round_up
 from agentopd_jax.models.config import ModelConfig, preset
 from agentopd_jax.models.loading import model_overrides
-from agentopd_jax.objectives.registry import LossConfig, get_objective
+from agentopd_jax.objectives.registry import LossParams, get_objective
 from agentopd_jax.sampling.sampler import Sampler, _bucket  # the sampler's own length rounding
 from agentopd_jax.scoring.fused import ScoreConfig
 from agentopd_jax.training import memory_plan
 from agentopd_jax.training.assembly import sampling
-from agentopd_jax.training.config import from_config_dict
+from agentopd_jax.training.config import from_config_dict, loss_params, stale_flags
 from agentopd_jax.training.train_step import PAD_MULTIPLE, make_optimizer
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/alfworld.py", "Run config.", lock_config=True)
@@ -48,7 +49,7 @@ def model_config(c) -> ModelConfig:
   return preset(c.model.preset).replace(**overrides)
 
 
-def workload(c, loss_cfg: LossConfig, score_cfg: ScoreConfig) -> memory_plan.Workload:
+def workload(c, loss: LossParams, score_cfg: ScoreConfig) -> memory_plan.Workload:
   """The train step's micro-batch and the sampler's largest cache under `c`, as the trainer and engine size them."""
   rollout = from_config_dict(c).rollout
   step_layout = rollout.layout == "step"
@@ -64,8 +65,8 @@ def workload(c, loss_cfg: LossConfig, score_cfg: ScoreConfig) -> memory_plan.Wor
   else:  # one cache of max_total_tokens per episode, donated from turn to turn
     rows, capacity, caches = envs, rollout.max_total_tokens, 1
     prefill = _bucket(rollout.max_total_tokens - rollout.max_response_tokens, bucket)
-  teacher_k = get_objective(loss_cfg.objective).teacher_top_k
-  signals = 0 if teacher_k is None else 4 + 8 * teacher_k(loss_cfg)  # log-probs, top-k ids and log-probs
+  teacher_k = get_objective(loss.objective).teacher_top_k
+  signals = 0 if teacher_k is None else 4 + 8 * teacher_k(loss)  # log-probs, top-k ids and log-probs
   return memory_plan.Workload(rows=min(c.grpo.micro_batch_size, c.grpo.mini_batch_size), seq_len=seq_len,
                               minibatch_rows=c.grpo.mini_batch_size, score=score_cfg, sampler_rows=rows,
                               cache_capacity=capacity, prefill_len=prefill, batch_bytes_per_token=24 + signals,
@@ -77,11 +78,11 @@ def plan_from_config(c, num_devices: int = 0):
   model = model_config(c)
   mesh_shape = memory_plan.resolve_mesh_shape(tuple(c.mesh_shape), num_devices)
   cfg = from_config_dict(c)
-  loss_cfg = cfg.loss
-  score_cfg = get_objective(loss_cfg.objective).score_config(loss_cfg, ScoreConfig(temperature=sampling(cfg).train.temperature))
-  work = workload(c, loss_cfg, score_cfg)
+  loss = loss_params(cfg)
+  score_cfg = get_objective(loss.objective).score_config(loss, ScoreConfig(temperature=sampling(cfg).train.temperature))
+  work = workload(c, loss, score_cfg)
   optimizer = make_optimizer(cfg.optim)
-  result = memory_plan.plan(model, mesh_shape, optimizer, work, with_reference=loss_cfg.kl_coef > 0,
+  result = memory_plan.plan(model, mesh_shape, optimizer, work, with_reference=loss.core.kl_coef > 0,
                             with_teacher=score_cfg.teacher == "params")
   return model, mesh_shape, work, result
 
@@ -128,4 +129,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  stale = stale_flags(sys.argv)  # a flag of the single-section layout: its key in the method groups
+  if stale:
+    sys.exit("\n".join(stale))
   app.run(main)

@@ -9,6 +9,7 @@ and the whole reply, and their mean probabilities (JSON). Episodes the expert lo
 See `agentopd_jax/eval/probe.py`.
 """
 import json
+import sys
 
 from absl import app, flags
 from ml_collections import config_flags
@@ -19,6 +20,7 @@ from agentopd_jax.rollout.demonstrations import demonstration_samples
 from agentopd_jax.envs import registry
 from agentopd_jax.storage.logs import configure_cli_logging
 from agentopd_jax.training.assembly import chat_format, checkpoint_policy, demonstration_env, text_env_factory
+from agentopd_jax.training.config import stale_flags
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/alfworld.py", "Run config.", lock_config=True)
 _STEP = flags.DEFINE_string("step", "0", "checkpoint step of config.workdir: an integer, 'best' or 'latest'")
@@ -40,4 +42,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  stale = stale_flags(sys.argv)  # a flag of the single-section layout: its key in the method groups
+  if stale:
+    sys.exit("\n".join(stale))
   app.run(main)

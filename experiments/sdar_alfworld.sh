@@ -32,7 +32,7 @@ for seed in $SEEDS; do
   done
   for method in sdar grpo_opsd; do
     train ":$method" "$OUT/${method}_s$seed" --config.seed="$seed" --config.warm_start_run="$WARM" \
-      --config.loss.sdar_coef="$LAMBDA"
+      --config.sdar.coef="$LAMBDA"
   done
   [ "$seed" = 0 ] || train "" "$OUT/grpo_s$seed" --config.seed="$seed" --config.warm_start_run="$WARM"
 done

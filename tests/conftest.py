@@ -125,7 +125,7 @@ def alfworld_games_root(tmp_path_factory):
 
 def tiny_alfworld_config(variant, workdir, games_root, **overrides):
   """configs/alfworld.py:`variant` shrunk to a seconds-long run on `games_root` (8 fake devices, 2 iterations of
-  2 tasks x 2, 3 env steps); `section__field=value` overrides any field."""
+  2 tasks x 2, 3 env steps); `section__field=value` overrides any field, `field=value` a top-level one."""
   import importlib.util
 
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -143,8 +143,11 @@ def tiny_alfworld_config(variant, workdir, games_root, **overrides):
   c.validation.update(dict(num_tasks=4, attempts=1, every=1))
   c.logging.update(dict(plot=False, tensorboard=False))
   for key, value in overrides.items():
-    section, field = key.split("__")
-    c[section][field] = value
+    if "__" in key:
+      section, field = key.split("__")
+      c[section][field] = value
+    else:
+      c[key] = value
   return c
 
 

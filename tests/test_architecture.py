@@ -274,7 +274,7 @@ REGRESSIONS = {
   "objectives registry <-> agentic_opd losses": ({
     "objectives/registry.py": "from agentopd_jax.methods.agentic_opd.losses import agentic_opd_loss\n",
     "methods/agentic_opd/losses.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                                     "  from agentopd_jax.objectives.registry import LossConfig\n"}, "circle"),
+                                     "  from agentopd_jax.objectives.registry import LossCore\n"}, "circle"),
   "objectives registry -> agentic_opd losses": ({
     "objectives/registry.py": "from agentopd_jax.methods.agentic_opd.losses import agentic_opd_loss\n",
     "methods/agentic_opd/losses.py": ""}, "up"),

@@ -39,14 +39,17 @@ BAD_FIELDS = [
     ({"mesh_shape": ("abc",)}, "mesh_shape"),
     ({"env.name": "minecraft"}, "env.name"),
     ({"grpo.advantage": "ppo"}, "grpo.advantage"),  # was looked up only after the SFT warm start
-    ({"loss.objective": "dpo"}, "objective"),
+    ({"method": "dpo"}, "method: unknown method 'dpo'"),
+    ({"method": "agentic_opd+opid"}, "method: 'agentic_opd' takes no add-on"),
     ({"loss.kl_type": "l2"}, "kl_type"),
     ({"optim.learning_rate": -1e-4}, "optim.learning_rate"),
     ({"rollout.layout": "tree"}, "rollout.layout"),
     ({"env.step_timeout_s": 0.0}, "env.step_timeout_s"),
     ({"rollout.top_p": float("nan")}, "top_p"),
     ({"teacher.source": "oracle"}, "teacher.source"),
-    ({"grpo.advantage": "opid", "opid.route": "sideways"}, "opid.route"),
+    ({"method": "opid", "opid.route": "sideways"}, "opid.route"),
+    ({"sdar.divergence": "kl"}, "sdar.divergence"),
+    ({"agentic_opd.lad_other": "sft"}, "agentic_opd.lad_other"),
 ]
 
 
@@ -70,9 +73,9 @@ def test_bad_run_config_field_is_named_before_anything_loads(fields, named):
 
 @pytest.mark.parametrize("env", ["alfworld", "webshop", "searchqa"])
 def test_shipped_configs_pass_the_check(env):
-  from agentopd_jax.training.presets import PAPER_MODELS, SKILL_METHODS
-  for variant in ("", "agentic_opd", "opid", *PAPER_MODELS, *SKILL_METHODS,
-                  *(f"{m}_{p}" for m in ("opid", *SKILL_METHODS) for p in PAPER_MODELS)):
+  from agentopd_jax.training.presets import PAPER_MODELS, method_variants
+  own, on_paper = method_variants()
+  for variant in ("", *own, *PAPER_MODELS, *(f"{m}_{p}" for m in on_paper for p in PAPER_MODELS)):
     from_config_dict(_run_config(env, variant))
 
 
@@ -80,6 +83,8 @@ def test_shipped_configs_pass_the_check(env):
     ("--config.trainer.lr=abc", "trainer"),  # no such section
     ("--config.optim.learning_rate=abc", "optim.learning_rate"),  # wrong type: ml_collections names the flag
     ("--config.grpo.group_size=0", "grpo.group_size must be an integer >= 1"),  # out of range: GrpoConfig
+    ("--config.opd.lad=off", "--config.opd.lad: opd.lad is now agentic_opd.lad"),  # the single-section layout
+    ("--config.grpo.advantage=opid", "grpo.advantage=opid is now method=<primary>+opid"),
 ])
 def test_train_py_refuses_a_bad_override_by_name(override, named):
   out = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "train.py"),

@@ -3,6 +3,10 @@
 forgetting) and of configs/sample.py must give exactly the values and types of tests/fixtures/config_values.json, so
 a change to where or how the defaults are written cannot move a value unnoticed.
 
+`tests/fixtures/config_values_before_groups.json` holds the same presets in the single-section layout (every method's
+loss fields in `loss`, Agentic-OPD's in `opd`, the method spread over `method`, `loss.objective` and
+`grpo.advantage`); `training.config.upgrade` of each must give the method-group values here, value for value.
+
 A change to a default must update the fixture deliberately. Regenerate it from the current tree:
 
   python tests/test_config_values.py          # --out writes elsewhere
@@ -21,6 +25,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURE = os.path.join(ROOT, "tests", "fixtures", "config_values.json")
+BEFORE_GROUPS = os.path.join(ROOT, "tests", "fixtures", "config_values_before_groups.json")
 EXTRA_VARIANTS = {"configs/alfworld.py": ("forgetting",)}  # each env config's own `extra` of select_variant
 ENV_CONFIGS = ("configs/alfworld.py", "configs/webshop.py", "configs/searchqa.py", "configs/countdown.py")
 NO_VARIANT = ("configs/sample.py",)                         # get_config() takes no argument
@@ -78,8 +83,8 @@ def enumerate_entries():
   from agentopd_jax.training import presets
 
   models = sorted(presets.PAPER_MODELS)
-  variants = (["cpu", "agentic_opd", "opid"] + list(presets.SKILL_METHODS) + models
-              + [f"{m}_{p}" for m in presets.SKILL_METHODS for p in models] + [f"opid_{p}" for p in models])
+  own, on_paper = presets.method_variants()
+  variants = ["cpu"] + list(own) + models + [f"{m}_{p}" for m in on_paper for p in models]
   entries = [f"{path}:{v}" for path in ENV_CONFIGS for v in variants + list(EXTRA_VARIANTS.get(path, ()))]
   return entries + list(NO_VARIANT)
 
@@ -131,6 +136,59 @@ def test_fixture_covers_every_preset():
 def test_config_resolves_to_recorded_values(entry):
   lines = diff(_fixture()[entry], record(entry))
   assert not lines, f"{entry} differs from tests/fixtures/config_values.json:\n  " + "\n  ".join(lines)
+
+
+def _nested(values):
+  """The nested dict of a fixture entry's {dotted path: value}."""
+  out = {}
+  for path, value in values.items():
+    node = out
+    *sections, field = path.split(".")
+    for section in sections:
+      node = node.setdefault(section, {})
+    node[field] = value
+  return out
+
+
+def _dotted(tree, prefix=""):
+  """{dotted path: value} of a nested dict (an empty dict is a leaf, as `flatten` records it)."""
+  out = {}
+  for key, value in tree.items():
+    if isinstance(value, dict) and value:
+      out.update(_dotted(value, prefix + key + "."))
+    else:
+      out[prefix + key] = value
+  return out
+
+
+def _group_path(path):
+  """A dotted path of the single-section layout in the method groups."""
+  from agentopd_jax.training.config import UPGRADED_KEYS
+
+  if path.startswith("opd."):
+    return "agentic_opd." + path[len("opd."):]
+  return UPGRADED_KEYS.get(path, path)
+
+
+with open(BEFORE_GROUPS) as _f:
+  _BEFORE = json.load(_f)
+
+
+def test_the_single_section_fixture_holds_the_same_presets():
+  assert sorted(_BEFORE) == ENTRIES
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_upgrade_gives_the_group_values(entry):
+  """No value moved: `upgrade` of the single-section values equals the group values, value for value and type for
+  type (JSON type and recorded ConfigDict type)."""
+  from agentopd_jax.training.config import upgrade
+
+  before, now = _BEFORE[entry], _fixture()[entry]
+  upgraded = {"values": _dotted(upgrade(_nested(before["values"]))),
+              "types": {_group_path(path): name for path, name in before["types"].items()}}
+  lines = diff(now, upgraded)
+  assert not lines, f"{entry}: upgrade of the single-section values differs:\n  " + "\n  ".join(lines)
 
 
 def main(argv):

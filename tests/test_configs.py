@@ -43,25 +43,22 @@ def test_paper_setting():
 
 
 def test_rlsd_warm_down_is_the_scripts_on_paper_presets():
-  assert _module().get_config("rlsd").loss.rlsd_warmdown_steps == 50            # the authors' code default
+  assert _module().get_config("rlsd").rlsd.warmdown_steps == 50            # the authors' code default
   for variant in ("rlsd_qwen2p5_3b", "rlsd_qwen3_1p7b"):
     c = _module().get_config(variant)
-    assert (c.loss.rlsd_warmdown_steps, c.loss.rlsd_schedule) == (100, "released_code")
+    assert (c.method, c.rlsd.warmdown_steps, c.rlsd.schedule) == ("rlsd", 100, "released_code")
 
 
-def test_agentic_opd_method_and_objective_go_together():
-  """The objective reads the resident teacher only method agentic_opd provides, and that method trains with it."""
+def test_agentic_opd_selects_teachers_after_student_validations():
+  """The `agentic_opd` variant's method decides its objective; a re-selection interval that misses the student's
+  validations is an error naming the field."""
   c = _module().get_config("agentic_opd")
+  assert from_config_dict(c).method == "agentic_opd"
+  c.agentic_opd.selection_interval = 3
+  with pytest.raises(ValueError, match=r"^agentic_opd.selection_interval: 3 is not a multiple of validation.every"):
+    from_config_dict(c)
+  c.method = "grpo"  # the interval is Agentic-OPD's only
   from_config_dict(c)
-  c.method = "grpo"
-  with pytest.raises(ValueError, match=r"^loss.objective: method='agentic_opd' and the 'agentic_opd' objective"):
-    from_config_dict(c)
-  c.method, c.loss.objective = "agentic_opd", "grpo"
-  with pytest.raises(ValueError, match=r"^loss.objective: .*method='agentic_opd', loss.objective='grpo'"):
-    from_config_dict(c)
-  c.loss.objective, c.opd.selection_interval = "agentic_opd", 3
-  with pytest.raises(ValueError, match=r"^opd.selection_interval: 3 is not a multiple of validation.every \(4\)"):
-    from_config_dict(c)
 
 
 def test_forgetting_variant_shifts_the_task_mix_and_keeps_every_validation():

@@ -1,6 +1,5 @@
 """Agentic-OPD: hand-computed top-k reverse KL (and its clamp), the sampled-token advantage, LAD routing, and the
 registered `agentic_opd` objective (value, task term, routing, micro-batch exactness, scoring end to end)."""
-import dataclasses
 import math
 
 import jax
@@ -12,7 +11,8 @@ from agentopd_jax.batching.collate import TrainBatch, collate
 from agentopd_jax.batching.samples import Sample
 from agentopd_jax.methods.agentic_opd.losses import (lad_mask, opd_policy_loss, problem_success_rates,
                                                     sampled_token_opd_advantage, topk_reverse_kl)
-from agentopd_jax.objectives import (LossConfig, broadcast_to_tokens, get_objective, normalizer_for,
+from agentopd_jax.methods.agentic_opd.config import AgenticOpdConfig
+from agentopd_jax.objectives import (LossCore, LossParams, broadcast_to_tokens, get_objective, normalizer_for,
                                      ppo_dual_clip_loss)
 from agentopd_jax.scoring.fused import ScoreConfig, Scores
 
@@ -204,13 +204,18 @@ def _opd_batch(distill_mask=None):
   return scores, batch
 
 
+def _opd(core=None, **fields):
+  """The `agentic_opd` objective's LossParams: `core` the LossCore fields, `fields` the agentic_opd group's."""
+  return LossParams("agentic_opd", LossCore(**(core or {})), AgenticOpdConfig(**fields))
+
+
 def _run(cfg, scores, batch):
   obj = get_objective("agentic_opd")
   return jax.jit(obj.loss, static_argnums=2)(scores, batch, cfg, normalizer_for(batch.loss_mask))
 
 
 def test_agentic_opd_pure_opd_is_exactly_the_topk_term():
-  cfg = LossConfig(objective="agentic_opd", opd_top_k=2)
+  cfg = _opd(top_k=2)
   scores, batch = _opd_batch()
   loss, metrics = _run(cfg, scores, batch)
   # token-mean over the 5 loss tokens: (0.549306 + 0 + 0.192745 + 0.806106 + 0.695979) / 5 = 0.448827
@@ -226,12 +231,12 @@ def test_agentic_opd_pure_opd_is_exactly_the_topk_term():
   # task_loss_coef = 0 is exactly the OPD term: same value as the term alone, and the coefficient scales it.
   direct = jnp.sum(topk_reverse_kl(scores.policy_topk_logprobs, scores.teacher_topk_logprobs, batch.loss_mask)) / 5
   assert float(loss) == float(direct)
-  loss2, _ = _run(dataclasses.replace(cfg, opd_loss_coef=2.0, entropy_coef=0.01), scores, batch)
+  loss2, _ = _run(_opd({"entropy_coef": 0.01}, top_k=2, loss_coef=2.0), scores, batch)
   np.testing.assert_allclose(loss2, 2 * opd - 0.01 * 1.05, rtol=1e-5)
   # With the clamp on (c = 0.3): (0,1) log-ratios ln 3, −ln 3 → ±0.3: .75·.3 − .25·.3 = 0.15;
   # (0,3): ln 1.6 = 0.47 → 0.3, ln .4 → −0.3: .8·.3 − .2·.3 = 0.18;  (1,1): .5·(−0.3) + .5·0.3 = 0;
   # (1,2): ±ln 3.5 → ±0.3: 7/9·.3 − 2/9·.3 = 0.166667.  Mean = (0.15 + 0 + 0.18 + 0 + 0.166667) / 5
-  loss3, _ = _run(dataclasses.replace(cfg, opd_max_abs_log_ratio=0.3), scores, batch)
+  loss3, _ = _run(_opd(top_k=2, max_abs_log_ratio=0.3), scores, batch)
   np.testing.assert_allclose(loss3, (0.15 + 0.18 + 0.5 / 3) / 5, rtol=1e-5)
 
 
@@ -239,7 +244,7 @@ def test_agentic_opd_task_term_and_lad_routing():
   scores, batch = _opd_batch()
   # task_loss_coef = 0.5: PPO with A·0.5 on every loss token. (0,1): ρ = e^0.5 = 1.6487, A = .5 → max(−.824, −.6)
   # = −0.6; (0,2), (0,3): ρ = 1 → −0.5 each; (1,1), (1,2): A = −.5 → 0.5 each. Sum −0.6 → token-mean −0.12.
-  cfg = LossConfig(objective="agentic_opd", opd_top_k=2, task_loss_coef=0.5)
+  cfg = _opd(top_k=2, task_loss_coef=0.5)
   loss, metrics = _run(cfg, scores, batch)
   opd = sum(map(sum, ELL)) / 5
   np.testing.assert_allclose(metrics["task_loss"], -0.12, rtol=1e-5)
@@ -249,24 +254,23 @@ def test_agentic_opd_task_term_and_lad_routing():
   d = broadcast_to_tokens(jnp.array([1.0, 0.0]), (batch.loss_mask > 0).astype(jnp.float32))
   scores, batch = _opd_batch(distill_mask=d)
   routed_opd = (ELL[0][1] + ELL[0][2] + ELL[0][3]) / 5
-  loss, metrics = _run(LossConfig(objective="agentic_opd", opd_top_k=2), scores, batch)
+  loss, metrics = _run(_opd(top_k=2), scores, batch)
   np.testing.assert_allclose(loss, routed_opd, rtol=1e-5)
   np.testing.assert_allclose(metrics["opd_reverse_kl"], opd, rtol=1e-5)   # diagnostic over all loss tokens
   np.testing.assert_allclose(metrics["lad_routed_frac"], 3 / 5, rtol=1e-6)
   np.testing.assert_allclose(metrics["lad_routed_rollouts"], 1 / 2, rtol=1e-6)
   # lad_other = "grpo": the non-routed row 1 gets PPO with A = −1 (pg_loss_coef 1): 1 + 1 → 2/5 = 0.4.
-  loss, metrics = _run(LossConfig(objective="agentic_opd", opd_top_k=2, lad_other="grpo"), scores, batch)
+  loss, metrics = _run(_opd(top_k=2, lad_other="grpo"), scores, batch)
   np.testing.assert_allclose(metrics["task_loss"], 0.4, rtol=1e-5)
   np.testing.assert_allclose(loss, routed_opd + 0.4, rtol=1e-5)
   # Both: row 0 scale 0.5 (−0.6 − 0.5 − 0.5), row 1 scale 0.5 + 1 (1.5 + 1.5): 1.4 / 5 = 0.28.
-  loss, _ = _run(LossConfig(objective="agentic_opd", opd_top_k=2, lad_other="grpo", task_loss_coef=0.5), scores,
-                 batch)
+  loss, _ = _run(_opd(top_k=2, lad_other="grpo", task_loss_coef=0.5), scores, batch)
   np.testing.assert_allclose(loss, routed_opd + 0.28, rtol=1e-5)
 
 
 def test_agentic_opd_sampled_token_variant():
   scores, batch = _opd_batch()
-  cfg = LossConfig(objective="agentic_opd", opd_variant="sampled_token")
+  cfg = _opd(variant="sampled_token")
   # A^OPD = teacher − student = 0.1, −0.2, 0.3 | −0.4, 0.05. PPO: (0,1) ρ = e^0.5, A = .1 → max(−.16487, −.12) =
   # −0.12; (0,2) ρ = 1, A = −.2 → 0.2; (0,3) −0.3; (1,1) 0.4; (1,2) −0.05. Sum 0.13 → 0.026.
   loss, metrics = _run(cfg, scores, batch)
@@ -274,7 +278,7 @@ def test_agentic_opd_sampled_token_variant():
   np.testing.assert_allclose(metrics["opd_reverse_kl"], (-0.1 + 0.2 - 0.3 + 0.4 - 0.05) / 5, rtol=1e-5)
   # + task_loss_coef·A_GRPO added to the advantage before the clip: A = 1.1, 0.8, 1.3 | −1.4, −0.95.
   # (0,1) ρ = e^0.5, A = 1.1 → −1.1·1.2 = −1.32; −0.8; −1.3; 1.4; 0.95. Sum −1.07 → −0.214.
-  loss, _ = _run(dataclasses.replace(cfg, task_loss_coef=1.0), scores, batch)
+  loss, _ = _run(_opd(variant="sampled_token", task_loss_coef=1.0), scores, batch)
   np.testing.assert_allclose(loss, -0.214, rtol=1e-5)
   # Routing row 0 only removes row 1's OPD advantage: 0.4 − 0.05 drop out → (−0.12 + 0.2 − 0.3) / 5 = −0.044.
   scores, batch = _opd_batch(distill_mask=broadcast_to_tokens(jnp.array([1.0, 0.0]), (batch.loss_mask > 0).astype(jnp.float32)))
@@ -285,8 +289,8 @@ def test_agentic_opd_sampled_token_variant():
 @pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
 @pytest.mark.parametrize("variant", ["topk_reverse_kl", "sampled_token"])
 def test_agentic_opd_sums_over_micro_batches(mode, variant):
-  cfg = LossConfig(objective="agentic_opd", opd_top_k=2, loss_agg_mode=mode, task_loss_coef=0.3, lad_other="grpo",
-                   entropy_coef=0.01, opd_variant=variant)
+  cfg = _opd({"loss_agg_mode": mode, "entropy_coef": 0.01}, top_k=2, task_loss_coef=0.3, lad_other="grpo",
+             variant=variant)
   scores, batch = _opd_batch(distill_mask=jnp.array([[0, 1, 1, 1], [0, 0, 0, 0]], jnp.float32))
   obj = get_objective("agentic_opd")
   norm = normalizer_for(batch.loss_mask)
@@ -301,7 +305,7 @@ def test_agentic_opd_sums_over_micro_batches(mode, variant):
 
 
 def test_agentic_opd_gradients_reach_the_student_only():
-  cfg = LossConfig(objective="agentic_opd", opd_top_k=2, task_loss_coef=0.5)
+  cfg = _opd(top_k=2, task_loss_coef=0.5)
   scores, batch = _opd_batch()
   obj = get_objective("agentic_opd")
   norm = normalizer_for(batch.loss_mask)
@@ -317,27 +321,29 @@ def test_agentic_opd_gradients_reach_the_student_only():
 
 def test_agentic_opd_score_config_checks_and_config_validation():
   obj = get_objective("agentic_opd")
-  sc = obj.score_config(LossConfig(objective="agentic_opd"), ScoreConfig(vocab_chunk=128, temperature=0.7))
+  sc = obj.score_config(LossParams("agentic_opd"), ScoreConfig(vocab_chunk=128, temperature=0.7))
   assert (sc.policy, sc.reference, sc.teacher, sc.top_k, sc.entropy) == (True, False, "params", 16, True)
   assert (sc.vocab_chunk, sc.temperature) == (128, 0.7)
-  assert obj.score_config(LossConfig(objective="agentic_opd", opd_top_k=4)).top_k == 4
-  assert obj.score_config(LossConfig(objective="agentic_opd", opd_variant="sampled_token")).top_k == 0
+  assert obj.score_config(_opd(top_k=4)).top_k == 4
+  assert obj.score_config(_opd(variant="sampled_token")).top_k == 0
   with pytest.raises(ValueError, match="kl_coef"):
-    obj.score_config(LossConfig(objective="agentic_opd", kl_coef=0.01))
-  with pytest.raises(ValueError, match="opd_top_k"):
-    obj.score_config(LossConfig(objective="agentic_opd", opd_top_k=1))
+    obj.score_config(LossParams("agentic_opd", LossCore(kl_coef=0.01)))
+  with pytest.raises(ValueError, match="agentic_opd.top_k"):
+    obj.score_config(_opd(top_k=1))
   scores, batch = _opd_batch()
-  with pytest.raises(ValueError, match="opd_top_k"):                  # scores carry k = 2, config says 16
-    obj.loss(scores, batch, LossConfig(objective="agentic_opd"), normalizer_for(batch.loss_mask))
+  with pytest.raises(ValueError, match="agentic_opd.top_k"):          # scores carry k = 2, config says 16
+    obj.loss(scores, batch, LossParams("agentic_opd"), normalizer_for(batch.loss_mask))
   with pytest.raises(ValueError, match="teacher_topk_logprobs"):
-    obj.loss(scores.replace(teacher_topk_logprobs=None), batch, LossConfig(objective="agentic_opd", opd_top_k=2),
-             normalizer_for(batch.loss_mask))
-  for field, bad in [("opd_variant", "forward_kl"), ("lad_other", "kl"), ("opd_top_k", 0), ("opd_top_k", 2.0),
-                     ("task_loss_coef", -0.1), ("opd_loss_coef", float("inf")), ("opd_max_abs_log_ratio", -1.0)]:
-    with pytest.raises(ValueError, match=field):
-      LossConfig(objective="agentic_opd", **{field: bad})
-  # The existing objectives keep their defaults and hashes; a batch without distill_mask is unchanged.
-  assert LossConfig() == LossConfig(opd_loss_coef=1.0, task_loss_coef=0.0, opd_top_k=16)
+    obj.loss(scores.replace(teacher_topk_logprobs=None), batch, _opd(top_k=2), normalizer_for(batch.loss_mask))
+  for field, bad in [("variant", "forward_kl"), ("lad_other", "kl"), ("top_k", 0), ("top_k", 2.0),
+                     ("task_loss_coef", -0.1), ("loss_coef", float("inf")), ("max_abs_log_ratio", -1.0)]:
+    with pytest.raises(ValueError, match=f"^agentic_opd.{field}"):
+      AgenticOpdConfig(**{field: bad})
+  # The group's loss defaults are the authors'; a LossParams without a group gets them; a batch without
+  # distill_mask is unchanged.
+  assert LossParams("agentic_opd").method == _opd(loss_coef=1.0, task_loss_coef=0.0, top_k=16).method
+  with pytest.raises(ValueError, match="objective 'agentic_opd' reads the config group AgenticOpdConfig"):
+    LossParams("agentic_opd", method=LossCore())
   assert batch.distill_mask is None
 
 
@@ -349,7 +355,7 @@ def test_agentic_opd_end_to_end_through_scoring(tiny_scoring_batch):
   model, batch = tiny_scoring_batch
   student = transformer.init_params(model, jax.random.key(0))
   teacher = transformer.init_params(model, jax.random.key(1))
-  cfg = LossConfig(objective="agentic_opd", opd_top_k=4)
+  cfg = _opd(top_k=4)
   obj = get_objective("agentic_opd")
   sc = obj.score_config(cfg, ScoreConfig(vocab_chunk=64))
   norm = normalizer_for(batch.loss_mask)

@@ -86,18 +86,18 @@ def test_paper_settings():
 
 def test_skill_method_variants():
   """Every SDAR baseline is a variant of every env config, on the CPU default and on each paper model."""
-  import agentopd_jax.methods  # noqa: F401  registers the methods' objectives
+  from agentopd_jax.methods import METHODS
   from agentopd_jax.objectives.registry import OBJECTIVES
-  from agentopd_jax.training.presets import PAPER_MODELS, SKILL_METHODS
+  from agentopd_jax.training.presets import PAPER_MODELS
   for env in ("alfworld", "webshop", "searchqa"):
-    for method in SKILL_METHODS:
-      assert method in OBJECTIVES
+    for method in ("sdar", "grpo_opsd", "opsd", "rlsd", "skill_sd", "skill_grpo"):
+      assert METHODS[method].objective in OBJECTIVES
       cpu = _config(env, method)
-      assert cpu.loss.objective == method and cpu.workdir.endswith(f"_cpu_{method}") and cpu.sft.steps > 0
-      assert (cpu.loss.sdar_coef, cpu.loss.gate_beta, cpu.skills.retrieval) == (0.01, 5.0, "km")
+      assert cpu.method == method and cpu.workdir.endswith(f"_cpu_{method}") and cpu.sft.steps > 0
+      assert (cpu.sdar.coef, cpu.sdar.gate_beta, cpu.skills.retrieval) == (0.01, 5.0, "km")
       for model in PAPER_MODELS:
         paper = _config(env, f"{method}_{model}")
-        assert paper.loss.objective == method and paper.model.preset == PAPER_MODELS[model] and paper.sft.steps == 0
+        assert paper.method == method and paper.model.preset == PAPER_MODELS[model] and paper.sft.steps == 0
   with pytest.raises(ValueError, match="sdar_qwen2p5_3b"):
     _config("alfworld", "sdar_gpt5")
 
@@ -108,14 +108,15 @@ def test_opid_variants():
   for env in ("alfworld", "webshop", "searchqa"):
     cpu = _config(env, "opid")
     cfg = from_config_dict(cpu).opid
-    assert cpu.grpo.advantage == "opid" and cpu.workdir.endswith("_cpu_opid") and cfg.analyzer == "oracle"
+    assert (cpu.method, cpu.grpo.advantage) == ("opid", "grpo") and cpu.workdir.endswith("_cpu_opid")
+    assert cfg.analyzer == "oracle"
     assert (cfg.w_episode, cfg.w_step, cfg.route) == (0.001, 0.001, "step_priority")
     assert cfg.max_step_skills == (2 if env == "searchqa" else 5)
     for model in PAPER_MODELS:
       paper = from_config_dict(_config(env, f"opid_{model}")).opid
       assert paper.analyzer == "openai" and paper.analyzer_model
       mean_norm = env == "webshop" or model.startswith("qwen3")
-      assert _config(env, f"opid_{model}").grpo.advantage == ("opid_mean_norm" if mean_norm else "opid")
+      assert _config(env, f"opid_{model}").grpo.advantage == ("grpo_mean_norm" if mean_norm else "grpo")
 
 
 def _tasks(c):
@@ -201,7 +202,7 @@ def test_train_and_evaluate_entry_points_run_the_env(tmp_path, name):
   OPID's advantage (the env's oracle analyses every trajectory; the two methods compose), then the checkpoint
   evaluated with skills in context (Skill-Prompt)."""
   workdir = str(tmp_path / name)
-  _cli("train.py", name, workdir, "--config.grpo.advantage=opid", variant=":sdar")
+  _cli("train.py", name, workdir, "--config.method=sdar+opid", variant=":sdar")
   with CheckpointPool(os.path.join(workdir, "checkpoints"), read_only=True) as pool:
     assert pool.steps() == [0, 1]
     _, problems, _, attempts = pool.outcomes_matrix()

@@ -12,7 +12,7 @@ import numpy as np
 from agentopd_jax.batching.samples import Sample
 from agentopd_jax.models import config as model_config, transformer
 from agentopd_jax.objectives.advantages import get_advantage_estimator
-from agentopd_jax.objectives.registry import LossConfig
+from agentopd_jax.objectives.registry import LossParams
 from agentopd_jax.sampling.sampler import Sampler, SamplingParams
 from agentopd_jax.training.train_step import OptimConfig, init_state, make_minibatches, make_optimizer, make_train_step
 
@@ -47,7 +47,7 @@ def test_grpo_pipeline_raises_the_reward_of_a_bandit():
   # 0.52 -> 0.58 in 12 iterations) and takes 7 iterations at 3e-2.
   optimizer = make_optimizer(OptimConfig(learning_rate=3e-2))
   state = init_state(params, optimizer, model=CONFIG)
-  step = make_train_step(CONFIG, LossConfig(), optimizer)
+  step = make_train_step(CONFIG, LossParams(), optimizer)
   estimator = get_advantage_estimator("grpo")
   rates = []
   for it in range(12):
@@ -72,7 +72,7 @@ def test_first_update_is_on_policy_at_the_rollout_temperature():
   drift = {}
   for t in (0.5, 1.0):
     state = init_state(jax.tree.map(jnp.copy, params), optimizer, model=CONFIG)
-    _, metrics = make_train_step(CONFIG, LossConfig(), optimizer, temperature=t)(state, batch)
+    _, metrics = make_train_step(CONFIG, LossParams(), optimizer, temperature=t)(state, batch)
     drift[t] = float(metrics["logprob_drift"])
   assert drift[0.5] < 1e-4, drift
   assert drift[1.0] > 1e-2, drift

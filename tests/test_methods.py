@@ -1,13 +1,16 @@
-"""The method interface (`methods/base.py`): which methods a config runs, in which order, and one error when two
+"""The method interface (`methods/base.py`) and the `method` string: which methods a config runs, in which order, which
+objective and config group its loss reads, one error naming `method` for a bad string, and one error when two
 methods of a run set the same signal. The loop itself runs every method in tests/test_trainer.py."""
 import importlib.util
 import os
+import re
 
 import pytest
 
+from agentopd_jax.methods import METHODS
 from agentopd_jax.methods.base import Method, Signals, check_composition
 from agentopd_jax.training.assembly import method_names
-from agentopd_jax.training.config import from_config_dict
+from agentopd_jax.training.config import from_config_dict, loss_params
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -18,25 +21,57 @@ def _config(variant: str, **overrides):
   spec.loader.exec_module(module)
   c = module.get_config(variant)
   for key, value in overrides.items():
-    section, field = key.split("__")
-    c[section][field] = value
+    if "__" in key:
+      section, field = key.split("__")
+      c[section][field] = value
+    else:
+      c[key] = value
   return from_config_dict(c)
 
 
 @pytest.mark.parametrize("variant, overrides, names", [
     ("cpu", {}, ("grpo",)),
     ("sdar", {}, ("sdar",)),
-    ("grpo_opsd", {}, ("sdar",)),
-    ("opsd", {}, ("sdar",)),
-    ("rlsd", {}, ("sdar",)),
-    ("skill_sd", {}, ("sdar",)),
+    ("grpo_opsd", {}, ("grpo_opsd",)),
+    ("opsd", {}, ("opsd",)),
+    ("rlsd", {}, ("rlsd",)),
+    ("skill_sd", {}, ("skill_sd",)),
     ("skill_grpo", {}, ("skill_grpo",)),
-    ("opid", {}, ("opid",)),
-    ("sdar", {"grpo__advantage": "opid"}, ("opid", "sdar")),  # OPID shifts the advantages before SDAR's teacher
+    ("opid", {}, ("opid", "grpo")),
+    ("sdar", {"method": "sdar+opid"}, ("opid", "sdar")),  # OPID shifts the advantages before SDAR's teacher
+    ("skill_grpo", {"method": "skill_grpo+opid"}, ("opid", "skill_grpo")),
+    ("cpu", {"method": "grpo+opid"}, ("opid", "grpo")),
     ("agentic_opd", {}, ("agentic_opd",)),
 ])
 def test_each_config_runs_its_methods_in_hook_order(variant, overrides, names):
-  assert method_names(_config(variant, **overrides)) == names
+  cfg = _config(variant, **overrides)
+  assert method_names(cfg) == names
+  primary = names[-1]
+  objective = METHODS[primary].objective
+  assert loss_params(cfg).objective == objective and sum(METHODS[n].objective is not None for n in names) == 1
+  assert loss_params(cfg).method == (getattr(cfg, METHODS[primary].group) if METHODS[primary].group else None)
+
+
+@pytest.mark.parametrize("method, message", [
+    ("ppo", "method: unknown method 'ppo' in 'ppo'"),
+    ("sdar+opd", "method: unknown method 'opd' in 'sdar+opd'"),
+    ("sdar+rlsd", "method: 'sdar+rlsd' names two primary methods ('sdar' and 'rlsd')"),
+    ("opid+sdar", "method: name the primary method first, then its add-ons: 'sdar+opid', got 'opid+sdar'"),
+    ("agentic_opd+opid", "method: 'agentic_opd' takes no add-on, got 'agentic_opd+opid'"),
+    ("sdar+opid+opid", "method: 'sdar+opid+opid' names 'opid' twice"),
+    ("", "method: expected a primary method"),
+])
+def test_a_bad_method_string_is_one_error_naming_method(method, message):
+  with pytest.raises(ValueError, match="^" + re.escape(message)):
+    _config("cpu", method=method)
+
+
+def test_the_primary_method_decides_the_objective_and_its_group():
+  assert (loss_params(_config("rlsd")).objective, type(loss_params(_config("rlsd")).method).__name__) == (
+      "rlsd", "RlsdConfig")
+  agentic = _config("agentic_opd", agentic_opd__top_k=8)
+  assert loss_params(agentic).method.top_k == 8 and loss_params(agentic).objective == "agentic_opd"
+  assert loss_params(_config("skill_grpo")) == loss_params(_config("cpu"))  # GRPO's loss; the skills are in the prompt
 
 
 class _Teacher(Method):
@@ -59,10 +94,13 @@ def test_a_method_without_hooks_adds_nothing():
 
 
 def test_every_registered_method_is_built_from_the_sections_it_names():
-  from agentopd_jax.methods import METHODS
+  from agentopd_jax.objectives.registry import get_objective
   from agentopd_jax.training.assembly import make_method
   cfg = _config("cpu")
   for name, cls in METHODS.items():
     assert all(hasattr(cfg, section) for section in cls.sections), name
     method = make_method(name, cfg)
     assert isinstance(method, cls) and method.name == name
+    if cls.objective is not None:  # a primary method: its objective is registered and reads its group's class
+      group = get_objective(cls.objective).group
+      assert (group is None) == (cls.group is None) and (group is None or type(getattr(cfg, cls.group)) is group)

@@ -25,7 +25,7 @@ import pytest
 
 from agentopd_jax.batching.collate import TrainBatch
 from agentopd_jax.models import config as model_config, hf_io, loading, transformer
-from agentopd_jax.objectives.registry import LossConfig
+from agentopd_jax.objectives.registry import LossCore, LossParams
 from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.scoring.fused import ScoreConfig, make_score_fn
 from agentopd_jax.training.train_step import OptimConfig, init_state, make_optimizer, make_train_step, split_minibatches
@@ -71,7 +71,7 @@ def grpo_runs():
   out = {}
   for config in (F32, BF16):
     state = init_state(jax.tree.map(jnp.copy, params), optimizer)
-    step = make_train_step(config, LossConfig(entropy_coef=0.001), optimizer)
+    step = make_train_step(config, LossParams(core=LossCore(entropy_coef=0.001)), optimizer)
     state, metrics = step(state, batches[0])
     after_one = jax.tree.map(np.asarray, state.params)  # the next step donates `state`
     state, _ = step(state, batches[1])
@@ -142,7 +142,7 @@ def test_sft_learns_in_bf16_as_in_f32():
   for config in (F32, BF16):
     optimizer = make_optimizer(OptimConfig(learning_rate=1e-2))
     state = init_state(transformer.init_params(F32, jax.random.key(0)), optimizer)
-    step = make_train_step(config, LossConfig(objective="sft"), optimizer)
+    step = make_train_step(config, LossParams("sft"), optimizer)
     losses = []
     for _ in range(20):
       state, metrics = step(state, batch)

@@ -35,9 +35,9 @@ FLAGS = {"env.num_workers": 1, "mesh_shape": "(1,8,1)", "sft.steps": 2, "sft.dem
 # From the GRPO run's last checkpoint, no SFT. SDAR + OPID: a UCB retriever (its feedback is gathered), OPID's shift
 # at weight 1 and normalised over the whole batch. Agentic-OPD: every sample distilled (LAD off: the tiny teacher
 # wins nothing, so LAD would route none).
-SKILLS = {"skills.retrieval": "ucb", "grpo.advantage": "opid", "opid.w_episode": 1.0, "opid.w_step": 1.0,
+SKILLS = {"skills.retrieval": "ucb", "method": "sdar+opid", "opid.w_episode": 1.0, "opid.w_step": 1.0,
           "opid.normalize": True, "sft.skill_fraction": 0.0, "warm_start_step": 1}
-OPD = {"opd.lad": "off", "grpo.group_size": 2, "grpo.tasks_per_iteration": 2, "sft.steps": 0}
+OPD = {"agentic_opd.lad": "off", "grpo.group_size": 2, "grpo.tasks_per_iteration": 2, "sft.steps": 0}
 
 
 def _command(workdir, games_root, variant="", **extra):
@@ -150,7 +150,7 @@ def methods(tmp_path_factory, alfworld_games_root, grpo):
   skills = _launch(str(tmp_path_factory.mktemp("sdar_opid")), alfworld_games_root, ":sdar", warm_start_run=teacher,
                    **SKILLS)
   opd = _launch(str(tmp_path_factory.mktemp("opd")), alfworld_games_root, ":agentic_opd",
-                **{"opd.teacher_run": teacher}, **OPD)
+                **{"agentic_opd.teacher_run": teacher}, **OPD)
   return {"skills": _wait(skills), "opd": _wait(opd)}
 
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentopd_jax.batching.collate import TrainBatch
-from agentopd_jax.objectives import (AGG_MODES, LossConfig, Normalizer, agg_loss, broadcast_to_tokens,
+from agentopd_jax.objectives import (AGG_MODES, LossCore, LossParams, Normalizer, agg_loss, broadcast_to_tokens,
                                      get_advantage_estimator, get_objective, grpo_advantages, kl_penalty,
                                      informative_groups, normalizer_for, ppo_dual_clip_loss, register_objective, sft_nll,
                                      step_scores)
@@ -185,12 +185,12 @@ def test_agg_modes_hand_values():
 def test_seq_mean_token_sum_norm_needs_its_constant():
   with pytest.raises(ValueError, match="loss_scale_factor"):
     agg_loss(jnp.ones((1, 2)), jnp.ones((1, 2)), "seq-mean-token-sum-norm", normalizer_for(jnp.ones((1, 2))))
-  with pytest.raises(ValueError, match="LossConfig.loss_scale_factor"):
-    LossConfig(loss_agg_mode="seq-mean-token-sum-norm")
+  with pytest.raises(ValueError, match="loss.loss_scale_factor"):
+    LossCore(loss_agg_mode="seq-mean-token-sum-norm")
   for bad in (-1, 2.5, True):
-    with pytest.raises(ValueError, match="LossConfig.loss_scale_factor"):
-      LossConfig(loss_scale_factor=bad)
-  assert LossConfig(loss_agg_mode="seq-mean-token-sum-norm", loss_scale_factor=512).loss_scale_factor == 512
+    with pytest.raises(ValueError, match="loss.loss_scale_factor"):
+      LossCore(loss_scale_factor=bad)
+  assert LossCore(loss_agg_mode="seq-mean-token-sum-norm", loss_scale_factor=512).loss_scale_factor == 512
 
 
 def test_normalizer_guards_empty_mask():
@@ -345,8 +345,9 @@ def _tiny_batch():
   return scores, batch
 
 
-def _hand_grpo(cfg):
+def _hand_grpo(params):
   """The same loss assembled token by token (token-mean over the 5 loss tokens)."""
+  cfg = params.core
   # Row 0 (A = +1): log-ratios 0.5, −0.1, 0.0 → ρ = 1.6487 (clipped to 1.2), 0.9048, 1.0
   #   losses −1.2, −0.904837, −1.0; clipped flags 1, 0, 0
   # Row 1 (A = −1): log-ratios 0.05, 1.5 → ρ = 1.05127, 4.48169
@@ -364,7 +365,7 @@ def _hand_grpo(cfg):
 
 
 def test_grpo_loss_matches_hand_assembly_under_jit():
-  cfg = LossConfig(kl_coef=0.05, entropy_coef=0.01)
+  cfg = LossParams(core=LossCore(kl_coef=0.05, entropy_coef=0.01))
   scores, batch = _tiny_batch()
   obj = get_objective("grpo")
   loss_fn = jax.jit(obj.loss, static_argnums=2)
@@ -377,7 +378,7 @@ def test_grpo_loss_matches_hand_assembly_under_jit():
 
 
 def test_grpo_loss_sums_over_micro_batches():
-  cfg = LossConfig(kl_coef=0.05, entropy_coef=0.01, loss_agg_mode="seq-mean-token-mean")
+  cfg = LossParams(core=LossCore(kl_coef=0.05, entropy_coef=0.01, loss_agg_mode="seq-mean-token-mean"))
   scores, batch = _tiny_batch()
   obj = get_objective("grpo")
   norm = normalizer_for(batch.loss_mask)
@@ -395,70 +396,72 @@ def test_grpo_without_kl_or_entropy_branches():
   scores, batch = _tiny_batch()
   norm = normalizer_for(batch.loss_mask)
   obj = get_objective("grpo")
-  _, metrics = obj.loss(scores.replace(reference_logprobs=None), batch, LossConfig(), norm)
+  _, metrics = obj.loss(scores.replace(reference_logprobs=None), batch, LossParams(), norm)
   assert "kl" not in metrics and "entropy" in metrics
-  loss, metrics = obj.loss(scores.replace(policy_entropy=None), batch, LossConfig(), norm)
+  loss, metrics = obj.loss(scores.replace(policy_entropy=None), batch, LossParams(), norm)
   assert "entropy" not in metrics
-  np.testing.assert_allclose(loss, _hand_grpo(LossConfig())["pg_loss"], rtol=1e-5)
+  np.testing.assert_allclose(loss, _hand_grpo(LossParams())["pg_loss"], rtol=1e-5)
   with pytest.raises(ValueError, match="reference_logprobs"):
-    obj.loss(scores.replace(reference_logprobs=None), batch, LossConfig(kl_coef=0.1), norm)
+    obj.loss(scores.replace(reference_logprobs=None), batch, LossParams(core=LossCore(kl_coef=0.1)), norm)
   with pytest.raises(ValueError, match="policy_entropy"):
-    obj.loss(scores.replace(policy_entropy=None), batch, LossConfig(entropy_coef=0.1), norm)
+    obj.loss(scores.replace(policy_entropy=None), batch, LossParams(core=LossCore(entropy_coef=0.1)), norm)
 
 
 def test_score_config_branches():
   grpo = get_objective("grpo")
-  sc = grpo.score_config(LossConfig())
+  sc = grpo.score_config(LossParams())
   assert (sc.policy, sc.reference, sc.teacher, sc.top_k, sc.entropy) == (True, False, "none", 0, True)
-  assert grpo.score_config(LossConfig(kl_coef=0.01)).reference
+  assert grpo.score_config(LossParams(core=LossCore(kl_coef=0.01))).reference
   base = ScoreConfig(vocab_chunk=128, temperature=0.7)
-  sc = grpo.score_config(LossConfig(kl_coef=0.01), base)
+  sc = grpo.score_config(LossParams(core=LossCore(kl_coef=0.01)), base)
   assert (sc.vocab_chunk, sc.temperature, sc.reference, sc.top_k) == (128, 0.7, True, 0)
-  sft = get_objective("sft").score_config(LossConfig(objective="sft"))
+  sft = get_objective("sft").score_config(LossParams("sft"))
   assert (sft.policy, sft.reference, sft.teacher, sft.top_k) == (True, False, "none", 0)
 
 
 def test_sft_objective():
   scores, batch = _tiny_batch()
-  cfg = LossConfig(objective="sft")
+  cfg = LossParams("sft")
   loss, metrics = jax.jit(get_objective("sft").loss, static_argnums=2)(scores, batch, cfg,
                                                                         normalizer_for(batch.loss_mask))
   # logp on the loss tokens: row 0: −0.5, −2.1, −0.5; row 1: −1.45, 0.5 → NLL token-mean = (0.5+2.1+0.5+1.45−0.5)/5
   np.testing.assert_allclose(loss, (0.5 + 2.1 + 0.5 + 1.45 - 0.5) / 5, rtol=1e-5)
   assert set(metrics) == {"nll", "entropy", "loss"}
   with pytest.raises(ValueError, match="sft"):
-    get_objective("sft").score_config(LossConfig(objective="sft", kl_coef=0.1))
+    get_objective("sft").score_config(LossParams("sft", LossCore(kl_coef=0.1)))
 
 
 def test_registry_names_and_config_validation():
   with pytest.raises(ValueError, match="grpo"):
     get_objective("opid")
   with pytest.raises(ValueError, match="objective"):
-    LossConfig(objective="opid")
+    LossParams("opid")
+  with pytest.raises(ValueError, match="objective 'grpo' reads no method config group"):
+    LossParams("grpo", method=LossCore())
   with pytest.raises(ValueError, match="already registered"):
     register_objective("grpo", get_objective("grpo"))
   for field, bad in [("clip_ratio_low", 1.0), ("clip_ratio_high", -0.1), ("clip_ratio_c", 1.0), ("kl_coef", -1.0),
                      ("kl_type", "full"), ("loss_agg_mode", "sum"), ("pg_loss_coef", -1.0),
                      ("entropy_coef", float("nan"))]:
-    with pytest.raises(ValueError, match=field):
-      LossConfig(**{field: bad})
-  cfg = LossConfig()
-  assert hash(cfg) == hash(LossConfig()) and dataclasses.replace(cfg, kl_coef=0.1) != cfg
+    with pytest.raises(ValueError, match=f"^loss.{field}"):
+      LossCore(**{field: bad})
+  cfg = LossParams()
+  assert hash(cfg) == hash(LossParams()) and dataclasses.replace(cfg, core=LossCore(kl_coef=0.1)) != cfg
 
 
 def test_registering_a_new_objective():
   """The extension path later methods use: reuse grpo_loss, add a term, declare extra branches."""
   from agentopd_jax.objectives import OBJECTIVES, Objective, grpo_branches, grpo_loss
 
-  def aux_loss(scores, batch, cfg, norm):
-    loss, metrics = grpo_loss(scores, batch, cfg, norm)
-    aux = agg_loss(scores.teacher_logprobs - scores.policy_logprobs, batch.loss_mask, cfg.loss_agg_mode, norm)
+  def aux_loss(scores, batch, params, norm):
+    loss, metrics = grpo_loss(scores, batch, params, norm)
+    aux = agg_loss(scores.teacher_logprobs - scores.policy_logprobs, batch.loss_mask, params.core.loss_agg_mode, norm)
     return loss + 0.5 * aux, dict(metrics, aux=aux)
 
   obj = Objective(name="test_aux", loss_fn=aux_loss, branches=lambda c: dict(grpo_branches(c), teacher="params"))
   register_objective("test_aux", obj)
   try:
-    cfg = LossConfig(objective="test_aux")
+    cfg = LossParams("test_aux")
     assert get_objective("test_aux").score_config(cfg).teacher == "params"
     scores, batch = _tiny_batch()
     scores = scores.replace(teacher_logprobs=scores.policy_logprobs + batch.loss_mask)

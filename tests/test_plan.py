@@ -20,7 +20,7 @@ import pytest
 
 from agentopd_jax.batching.collate import TrainBatch
 from agentopd_jax.models import config as model_config, transformer
-from agentopd_jax.objectives.registry import LossConfig, get_objective
+from agentopd_jax.objectives.registry import LossCore, LossParams, get_objective
 from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.sampling import sampler
 from agentopd_jax.scoring.fused import ScoreConfig
@@ -30,7 +30,7 @@ from agentopd_jax.training.train_step import (OptimConfig, TrainState, init_stat
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = model_config.preset("small")
-LOSS = LossConfig(kl_coef=0.01, entropy_coef=0.001)  # GRPO with the KL reference, as the paper presets
+LOSS = LossParams(core=LossCore(kl_coef=0.01, entropy_coef=0.001))  # GRPO with the KL reference, as the paper presets
 OPTIMIZER = make_optimizer(OptimConfig(learning_rate=1e-6))
 PLAN_FACTOR = 4 / 3  # measured / planned must lie in [1 / PLAN_FACTOR, PLAN_FACTOR]
 

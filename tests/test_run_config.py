@@ -1,11 +1,15 @@
 """The typed run config (`training/config.py`): the ConfigDict generated from the dataclasses converts back to them,
-every shipped preset and sweep point converts, `--config.x.y=` overrides keep their type checks, and every bad
-field is one ValueError that starts with its dotted name."""
+every shipped preset and sweep point converts, `--config.x.y=` overrides keep their type checks, every bad field is
+one ValueError that starts with its dotted name, a config of the single-section layout loads through `upgrade`, and a
+flag of that layout is one error naming its key in the method groups."""
 import dataclasses
 import glob
 import importlib.util
+import json
 import os
 import re
+import subprocess
+import sys
 
 import ml_collections
 import pytest
@@ -14,13 +18,14 @@ from ml_collections import config_flags
 
 from agentopd_jax.envs import registry
 from agentopd_jax.training import sweep as sweeps
-from agentopd_jax.training.config import RunConfig, from_config_dict, to_config_dict
-from agentopd_jax.training.presets import PAPER_MODELS, SKILL_METHODS
+from agentopd_jax.training.config import (RunConfig, from_config_dict, loss_params, stale_flags, to_config_dict,
+                                          upgrade)
+from agentopd_jax.training.presets import PAPER_MODELS, method_variants
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV_CONFIGS = {"alfworld": "alfworld", "webshop": "webshop", "searchqa": "search"}  # config file -> env.name
-VARIANTS = ("cpu", "agentic_opd", "opid", *SKILL_METHODS, *PAPER_MODELS,
-            *(f"{m}_{p}" for m in ("opid", *SKILL_METHODS) for p in PAPER_MODELS))
+OWN, ON_PAPER = method_variants()
+VARIANTS = ("cpu", *OWN, *PAPER_MODELS, *(f"{m}_{p}" for m in ON_PAPER for p in PAPER_MODELS))
 
 
 def _config(name, variant="cpu"):
@@ -124,10 +129,19 @@ def test_overrides_keep_their_types():
     ("sft.skill_fraction", 2.0, "sft.skill_fraction"),
     ("mesh_shape", (1, 2), "mesh_shape"),
     ("grpo.advantage", "ppo", "grpo.advantage"),        # bad registry names
-    ("loss.objective", "dpo", "loss.objective"),
+    ("method", "dpo", "method"),
+    ("method", "sdar+rlsd", "method"),                  # two primary methods
     ("env.name", "minecraft", "env.name"),
     ("skills.retrieval", "bm25", "skills.retrieval"),
-    ("opd.scheduler", "fifo", "opd.scheduler"),
+    ("agentic_opd.scheduler", "fifo", "agentic_opd.scheduler"),
+    ("agentic_opd.variant", "dense", "agentic_opd.variant"),
+    ("agentic_opd.top_k", 0, "agentic_opd.top_k"),
+    ("sdar.gate", "sigmoid", "sdar.gate"),
+    ("sdar.top_k", 1, "sdar.top_k"),
+    ("sdar.coef", -1.0, "sdar.coef"),
+    ("rlsd.start_lambda", 2.0, "rlsd.start_lambda"),
+    ("rlsd.schedule", "cosine", "rlsd.schedule"),
+    ("skill_sd.coef", float("nan"), "skill_sd.coef"),
     ("teacher.source", "oracle", "teacher.source"),
     ("opid.route", "sideways", "opid.route"),
     ("model.dtype", "int8", "model.dtype"),
@@ -148,3 +162,102 @@ def test_unknown_fields_are_named():
   c.env.num_products = 10  # a WebShop field in an ALFWorld run
   with pytest.raises(ValueError, match=r"^env.num_products: unknown field"):
     from_config_dict(c)
+
+
+# --- the single-section layout ------------------------------------------------------------------------------------
+
+
+def _single_section(variant):
+  """The run config dict of `configs/alfworld.py:<variant>` as the single-section layout wrote it
+  (tests/fixtures/config_values_before_groups.json, unflattened): every method's loss fields in `loss`,
+  Agentic-OPD's section `opd`, the method in `method`, `loss.objective` and `grpo.advantage`."""
+  with open(os.path.join(ROOT, "tests", "fixtures", "config_values_before_groups.json")) as f:
+    values = json.load(f)[f"configs/alfworld.py:{variant}"]["values"]
+  out = {}
+  for path, value in values.items():
+    node = out
+    *sections, field = path.split(".")
+    for section in sections:
+      node = node.setdefault(section, {})
+    node[field] = value
+  return out
+
+
+@pytest.mark.parametrize("variant, method", [
+    ("cpu", "grpo"), ("sdar", "sdar"), ("grpo_opsd", "grpo_opsd"), ("opsd", "opsd"), ("rlsd", "rlsd"),
+    ("skill_sd", "skill_sd"), ("skill_grpo", "skill_grpo"), ("opid", "opid"), ("opid_qwen3_1p7b", "opid"),
+    ("agentic_opd", "agentic_opd"), ("forgetting", "grpo"),
+])
+def test_an_old_config_json_of_each_method_upgrades_and_builds(variant, method):
+  """A run's config.json of each method, in the single-section layout, builds after `upgrade` into the same typed
+  config as the preset now gives: the method, its objective and every value of its group."""
+  old = _single_section(variant)
+  cfg = from_config_dict(ml_collections.ConfigDict(upgrade(old)))
+  assert cfg == from_config_dict(_config("alfworld", variant)) and cfg.method == method
+  assert "objective" not in json.dumps(upgrade(old)["loss"]) and "opd" not in upgrade(old)
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(ROOT, "results", "*", "*", "config.json"))),
+                         ids=lambda p: os.path.relpath(p, ROOT))
+def test_the_recorded_runs_config_json_loads(path):
+  """The config.json files the recorded runs wrote (results/) build after `upgrade`."""
+  with open(path) as f:
+    old = json.load(f)
+  cfg = from_config_dict(ml_collections.ConfigDict(upgrade(old)))
+  assert cfg.method == old["method"] and cfg.sdar.coef == old["loss"]["sdar_coef"]
+
+
+def test_upgrade_moves_each_key_and_the_stacked_method():
+  old = _single_section("sdar")
+  old["loss"].update(sdar_coef=0.5, distill_top_k=8, rlsd_lambda=0.25, skill_sd_coef=0.002, opd_top_k=4,
+                     lad_other="grpo")
+  old["grpo"]["advantage"] = "opid_mean_norm"
+  old["opd"]["scheduler"] = "random"
+  new = upgrade(old)
+  assert new["method"] == "sdar+opid" and new["grpo"]["advantage"] == "grpo_mean_norm"
+  assert (new["sdar"]["coef"], new["sdar"]["top_k"], new["rlsd"]["start_lambda"], new["skill_sd"]["coef"]) == (
+      0.5, 8, 0.25, 0.002)
+  assert (new["agentic_opd"]["top_k"], new["agentic_opd"]["lad_other"], new["agentic_opd"]["scheduler"]) == (
+      4, "grpo", "random")
+  cfg = from_config_dict(ml_collections.ConfigDict(new))
+  assert loss_params(cfg).objective == "sdar" and loss_params(cfg).method.coef == 0.5
+  assert upgrade(new) == new                       # the group layout comes back equal
+  agentic = _single_section("agentic_opd")
+  agentic["grpo"]["advantage"] = "opid"            # Agentic-OPD never ran OPID's shift: the estimator alone
+  assert (upgrade(agentic)["method"], upgrade(agentic)["grpo"]["advantage"]) == ("agentic_opd", "grpo")
+  with pytest.raises(ValueError, match=r"^loss.objective: 'sft' is no method's objective"):
+    upgrade({"loss": {"objective": "sft"}})
+  with pytest.raises(ValueError, match=r"^loss.sdar_coef: the config also sets sdar.coef"):
+    upgrade({"loss": {"sdar_coef": 0.1}, "sdar": {"coef": 0.2}})
+
+
+def test_a_key_of_the_single_section_layout_names_its_group_key():
+  c = _config("alfworld").to_dict()
+  c["loss"]["sdar_coef"] = 0.1
+  with pytest.raises(ValueError, match=r"^loss.sdar_coef: unknown field .*; loss.sdar_coef is now sdar.coef$"):
+    from_config_dict(ml_collections.ConfigDict(c))
+  c = _config("alfworld").to_dict()
+  c["opd"] = {"lad": "off"}
+  with pytest.raises(ValueError, match=r"^opd: unknown field .*; opd is now agentic_opd$"):
+    from_config_dict(ml_collections.ConfigDict(c))
+  c = _config("alfworld").to_dict()
+  c["grpo"]["advantage"] = "opid"
+  with pytest.raises(ValueError, match=r"^grpo.advantage: .*is now method=<primary>\+opid"):
+    from_config_dict(ml_collections.ConfigDict(c))
+  assert stale_flags(["train.py", "--config.loss.objective", "sdar", "--config.opd.lad=off",
+                      "--noconfig.opd.whole_batch_update", "--config.grpo.advantage=grpo", "--config.sdar.coef=1"]) == [
+      "--config.loss.objective: loss.objective is now method: the method decides the objective (--config.method=sdar)",
+      "--config.opd.lad: opd.lad is now agentic_opd.lad",
+      "--noconfig.opd.whole_batch_update: opd.whole_batch_update is now agentic_opd.whole_batch_update"]
+
+
+def test_a_stale_flag_is_one_error_before_anything_loads(tmp_path):
+  """Through the real entry point: the flag's new key, and no run folder (nothing was loaded or written)."""
+  workdir = tmp_path / "run"
+  out = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "train.py"),
+                        f"--config={os.path.join(ROOT, 'configs', 'alfworld.py')}:sdar", f"--config.workdir={workdir}",
+                        "--config.loss.sdar_coef=0.1"], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, PYTHONPATH=ROOT))
+  assert out.returncode != 0, out.stdout
+  assert out.stderr.strip().splitlines()[-1] == "--config.loss.sdar_coef: loss.sdar_coef is now sdar.coef", out.stderr
+  assert not workdir.exists()

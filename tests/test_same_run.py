@@ -1,11 +1,13 @@
 """experiments/same_run.py on tiny fake runs (metrics.jsonl, checkpoints saved by the project's own pool): equal runs
-are equal, timings are ignored, and a metric, one param bit or one validation outcome that differs is reported."""
+are equal, timings are ignored, and a metric, one param bit or one validation outcome that differs is reported; and
+experiments/same_run.sh spells each tree's flags (the method groups' or the single-section layout's)."""
 import copy
 import importlib.util
 import json
 import os
 import re
 import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -165,3 +167,33 @@ def test_recorded_comparison_matches_docs():
     assert run["equal"] and run["finished"]
     assert run["params_digest_a"] == run["params_digest_b"] and run["params_digest_a"].startswith(digest)
     assert [int(s) for s in steps.split(",")] == run["checkpoint_steps"]
+
+
+def _printed(tree, out):
+  """{run: its train.py command} that `PRINT=1 same_run.sh tree out` prints for SDAR + OPID and Agentic-OPD."""
+  done = subprocess.run(["bash", os.path.join(ROOT, "experiments", "same_run.sh"), str(tree), str(out)],
+                        env=dict(os.environ, PRINT="1", RUNS="sdar_opid agentic_opd"), capture_output=True, text=True,
+                        timeout=300)
+  assert done.returncode == 0, done.stderr
+  return dict(line.split(": ", 1) for line in done.stdout.splitlines())
+
+
+def test_same_run_sh_spells_the_flags_of_each_trees_layout(tmp_path):
+  """The same runs from a tree of the method groups (this one) and from one of the single-section layout (a stub
+  whose presets hold an `opd` section): SDAR + OPID and Agentic-OPD's teacher run in each tree's own keys."""
+  out = tmp_path / "out"
+  groups = _printed(ROOT, out)
+  assert groups["sdar_opid"].startswith("python experiments/train.py --config=configs/alfworld.py:sdar ")
+  assert groups["sdar_opid"].endswith(" --config.method=sdar+opid")
+  assert groups["agentic_opd"].endswith(f" --config.agentic_opd.teacher_run={out}/grpo")
+  assert groups["grpo"].startswith("python experiments/train.py --config=configs/alfworld.py --config.workdir=")
+  single = tmp_path / "single"
+  (single / "agentopd_jax" / "training").mkdir(parents=True)
+  (single / "agentopd_jax" / "__init__.py").write_text("")
+  (single / "agentopd_jax" / "training" / "__init__.py").write_text("")
+  (single / "agentopd_jax" / "training" / "presets.py").write_text(
+      "def cpu_base(env):\n  return {'loss': {'objective': 'grpo'}, 'opd': {'teacher_run': ''}}\n")
+  old = _printed(single, out)
+  assert old["sdar_opid"].startswith("python experiments/train.py --config=configs/alfworld.py:sdar ")
+  assert old["sdar_opid"].endswith(" --config.grpo.advantage=opid")
+  assert old["agentic_opd"].endswith(f" --config.opd.teacher_run={out}/grpo")

@@ -17,7 +17,7 @@ from agentopd_jax.models import config as model_config, transformer  # noqa: E40
 from agentopd_jax.objectives.registry import get_objective  # noqa: E402
 from agentopd_jax.scoring.fused import ScoreConfig  # noqa: E402
 from agentopd_jax.training import trainer  # noqa: E402
-from agentopd_jax.training.config import from_config_dict  # noqa: E402
+from agentopd_jax.training.config import from_config_dict, loss_params  # noqa: E402
 from agentopd_jax.storage.checkpoints import CheckpointPool  # noqa: E402
 from agentopd_jax.storage.logs import read_metrics  # noqa: E402
 
@@ -59,8 +59,8 @@ def test_teacher_is_scored_once_per_sample_per_iteration(sdar_run):
   assert [n for n, _ in calls] == [int(r["batch/trained_samples"]) for r in lines] and len(calls) == 2
   assert all(k == 0 for _, k in calls)  # reverse KL needs only the sampled token's teacher log-prob
   # The train step scores no teacher: the loss reads the batch's constants.
-  loss_cfg = from_config_dict(c).loss
-  assert get_objective("sdar").score_config(loss_cfg, ScoreConfig()).teacher == "none"
+  loss = loss_params(from_config_dict(c))
+  assert loss.objective == "sdar" and get_objective("sdar").score_config(loss, ScoreConfig()).teacher == "none"
   for r in lines:
     for key in ("actor/sdar/gate_mean", "actor/sdar/gate_active_ratio", "actor/sdar/teacher_gap_mean",
                 "teacher/gap_mean", "teacher/gap_std", "teacher/gap_turn0", "teacher/kl_turn0",
@@ -95,7 +95,7 @@ def test_a_pool_checkpoint_teaches_through_the_same_gate(sdar_run, tmp_path, gam
   workdir, _, _ = sdar_run
   c = _config("sdar", tmp_path / "run", games_root, teacher__source=source, teacher__context=context,
               teacher__pool_run=workdir, teacher__pool_step="0", grpo__iterations=1,
-              loss__sdar_divergence="topk_jsd")
+              sdar__divergence="topk_jsd")
   c.warm_start_run = workdir
   trainer.train(c)
   (line,) = _train_lines(str(tmp_path / "run"))
@@ -122,7 +122,7 @@ def test_every_baseline_trains_from_one_warm_start(sdar_run, tmp_path, games_roo
   assert ("teacher/gap_mean" in line) == (variant != "skill_grpo")
   assert np.isfinite(line["actor/loss"])
   config = json.loads((tmp_path / "run" / "config.json").read_text())
-  assert config["loss"]["objective"] == variant
+  assert config["method"] == variant and "objective" not in config["loss"]
 
 
 def test_warm_start_step_continues_from_a_later_checkpoint(sdar_run, tmp_path, games_root):

@@ -1,5 +1,6 @@
 """SDAR and its baselines (methods.sdar.losses): hand-computed gates, divergences, RLSD advantages and λ schedule,
-Skill-SD, the registered objectives (values, gradient flow, micro-batch sums), Objective fields, LossConfig checks."""
+Skill-SD, the registered objectives (values, gradient flow, micro-batch sums), Objective fields, the checks of the
+`sdar`, `rlsd` and `skill_sd` config groups."""
 import dataclasses
 import math
 
@@ -11,12 +12,13 @@ import pytest
 from agentopd_jax.batching.collate import TrainBatch
 from agentopd_jax.methods.sdar.losses import (rlsd_advantages, rlsd_lambda, sampled_reverse_kl, sdar_gate, sdar_loss,
                                              skill_sd_per_token, topk_forward_kl, topk_jsd)
-from agentopd_jax.objectives import (OBJECTIVES, LossConfig, broadcast_to_tokens, get_objective, grpo_loss,
+from agentopd_jax.methods.sdar.config import RlsdConfig, SdarConfig, SkillSdConfig
+from agentopd_jax.objectives import (OBJECTIVES, LossCore, LossParams, broadcast_to_tokens, get_objective, grpo_loss,
                                      normalizer_for)
 from agentopd_jax.scoring.fused import ScoreConfig, Scores
 
 LN = math.log
-SELF_DISTILL = ("sdar", "grpo_opsd", "opsd", "rlsd", "skill_sd", "skill_grpo")
+SELF_DISTILL = ("sdar", "grpo_opsd", "opsd", "rlsd", "skill_sd")
 
 # ---------------------------------------------------------------- the shared example
 # Two rows, T = 4; loss tokens (0, 1..3) and (1, 1..2); A = +1 on row 0, −1 on row 1. θ = π_old, so every PPO ratio
@@ -142,7 +144,7 @@ def test_topk_divergence_gradients_and_masked_garbage():
 
 def test_sdar_default_hand_value_and_metrics():
   scores, batch = _batch()
-  loss, metrics = _run(LossConfig(objective="sdar"), scores, batch)
+  loss, metrics = _run(LossParams("sdar"), scores, batch)
   # ℓ = Δ (θ = current): L_SDAR = Σ g·Δ / 5 = [¾ ln3/5 − ¼ ln3/5 + 0 + 0.9 ln9/5 − 0.2 ln4/5] / 5 = 0.089982
   sdar = (3 / 4 * LN(3) / 5 - 1 / 4 * LN(3) / 5 + 9 / 10 * LN(9) / 5 - 1 / 5 * LN(4) / 5) / 5
   np.testing.assert_allclose(sdar, 0.089982, atol=1e-6)
@@ -155,7 +157,7 @@ def test_sdar_default_hand_value_and_metrics():
   assert {"sdar/loss", "sdar/gate_mean", "sdar/gate_active_ratio", "sdar/teacher_gap_mean", "pg_loss", "entropy",
           "loss"} <= set(metrics)
   # λ and the GRPO coefficients act as in the formula.
-  cfg = LossConfig(objective="sdar", sdar_coef=0.1, pg_loss_coef=0.5, entropy_coef=0.01)
+  cfg = LossParams("sdar", LossCore(pg_loss_coef=0.5, entropy_coef=0.01), method=SdarConfig(coef=0.1))
   entropy = (LN(3) + LN(4) + LN(9) + LN(3)) / 5 / 5
   np.testing.assert_allclose(_run(cfg, scores, batch)[0], 0.5 * -0.2 - 0.01 * entropy + 0.1 * sdar, rtol=1e-5)
 
@@ -163,7 +165,7 @@ def test_sdar_default_hand_value_and_metrics():
 @pytest.mark.parametrize("gate, weights", [("entropy", G_ENTROPY), ("soft_or", G_SOFT_OR)])
 def test_sdar_gate_ablations_hand_values(gate, weights):
   scores, batch = _batch()
-  _, metrics = _run(LossConfig(objective="sdar", sdar_gate=gate), scores, batch)
+  _, metrics = _run(LossParams("sdar", method=SdarConfig(gate=gate)), scores, batch)
   # entropy: [¾ ln3/5 − ½ ln3/5 + ⅘·0 + 0.9 ln9/5 − ¾ ln4/5] / 5 = 0.048497
   # soft_or: [15/16 ln3/5 − ⅝ ln3/5 + 0.9·0 + 0.99 ln9/5 − ⅘ ln4/5] / 5 = 0.056381
   hand = {"entropy": (3 / 4 * LN(3) - 1 / 2 * LN(3) + 9 / 10 * LN(9) - 3 / 4 * LN(4)) / 25,
@@ -177,7 +179,7 @@ def test_sdar_gate_ablations_hand_values(gate, weights):
 @pytest.mark.parametrize("divergence, per_token", [("topk_forward_kl", FKL), ("topk_jsd", JSD)])
 def test_sdar_topk_divergences_through_the_objective(divergence, per_token):
   scores, batch = _batch(teacher_topk=True)
-  cfg = LossConfig(objective="sdar", sdar_divergence=divergence, distill_top_k=2)
+  cfg = LossParams("sdar", method=SdarConfig(divergence=divergence, top_k=2))
   loss, metrics = _run(cfg, scores, batch)
   # Gap gate ¾ ¼ ½ | 0.9 ⅕ on the divergences: forward KL (¾·0.130812 + ¼·0.223144 + ⅕·0.549306) / 5 = 0.052751
   sdar = _gated_sum(G_GAP, per_token) / 5
@@ -188,7 +190,8 @@ def test_sdar_topk_divergences_through_the_objective(divergence, per_token):
   # The student only gets gradients, and only through the gathered log-probs (the gate is stop-gradient).
   norm = normalizer_for(batch.loss_mask)
   obj = get_objective("sdar")
-  grads = jax.grad(lambda s: obj.loss(s, batch, dataclasses.replace(cfg, pg_loss_coef=0.0), norm)[0])(scores)
+  no_pg = dataclasses.replace(cfg, core=LossCore(pg_loss_coef=0.0))
+  grads = jax.grad(lambda s: obj.loss(s, batch, no_pg, norm)[0])(scores)
   np.testing.assert_array_equal(grads.policy_logprobs, 0.0)
   np.testing.assert_array_equal(grads.policy_entropy, 0.0)
   assert np.abs(grads.policy_gathered_logprobs).sum() > 0
@@ -198,7 +201,7 @@ def test_sdar_topk_divergences_through_the_objective(divergence, per_token):
 def test_sdar_gradient_is_the_gated_nll(gate, weights):
   """d L_SDAR / d log π_θ = −g_t·m_t / N_tokens exactly: nothing through the gate (its Δ or h) or the teacher."""
   scores, batch = _batch()
-  cfg = LossConfig(objective="sdar", sdar_gate=gate, sdar_coef=1.0, pg_loss_coef=0.0)
+  cfg = LossParams("sdar", LossCore(pg_loss_coef=0.0), method=SdarConfig(gate=gate, coef=1.0))
   norm = normalizer_for(batch.loss_mask)
 
   def loss_of(logprobs, entropy, teacher):
@@ -213,22 +216,22 @@ def test_sdar_gradient_is_the_gated_nll(gate, weights):
 
 def test_grpo_opsd_is_sdar_with_a_half_gate():
   scores, batch = _batch()
-  loss, metrics = _run(LossConfig(objective="grpo_opsd"), scores, batch)
+  loss, metrics = _run(LossParams("grpo_opsd"), scores, batch)
   # g ≡ ½: L_SDAR = ½ Σ Δ / 5 = ½ (ln 9 − ln 4) / 25 = 0.016219
   np.testing.assert_allclose(metrics["sdar/loss"], 0.5 * LN(9 / 4) / 25, rtol=1e-5)
   np.testing.assert_allclose(loss, -0.2 + 0.01 * 0.5 * LN(9 / 4) / 25, rtol=1e-5)
   np.testing.assert_allclose(metrics["sdar/gate_mean"], 0.5, rtol=1e-6)
   np.testing.assert_allclose(metrics["sdar/gate_active_ratio"], 0.0)
-  loss_beta0, metrics_beta0 = _run(LossConfig(objective="sdar", gate_beta=0.0), scores, batch)
+  loss_beta0, metrics_beta0 = _run(LossParams("sdar", method=SdarConfig(gate_beta=0.0)), scores, batch)
   assert float(loss) == float(loss_beta0)
   assert all(float(metrics[k]) == float(metrics_beta0[k]) for k in metrics)
-  with pytest.raises(ValueError, match="sdar_gate"):
-    get_objective("grpo_opsd").score_config(LossConfig(objective="grpo_opsd", sdar_gate="soft_or"))
+  with pytest.raises(ValueError, match="sdar.gate must be 'gap'"):
+    get_objective("grpo_opsd").score_config(LossParams("grpo_opsd", method=SdarConfig(gate="soft_or")))
 
 
 def test_opsd_has_no_policy_gradient_term():
   scores, batch = _batch()
-  cfg = LossConfig(objective="opsd")
+  cfg = LossParams("opsd")
   loss, metrics = _run(cfg, scores, batch)
   sdar = (3 / 4 * LN(3) / 5 - 1 / 4 * LN(3) / 5 + 9 / 10 * LN(9) / 5 - 1 / 5 * LN(4) / 5) / 5
   np.testing.assert_allclose(loss, 0.01 * sdar, rtol=1e-5)
@@ -284,13 +287,13 @@ def test_rlsd_takes_each_samples_advantage_at_its_first_loss_token():
 
 
 def test_rlsd_lambda_schedule():
-  cfg = LossConfig(objective="rlsd")       # λ_0 = 0.5, W = 50, the authors' schedule
+  cfg = RlsdConfig()             # λ_0 = 0.5, W = 50, the authors' schedule
   # λ_i = 0.5·max(0, 1 − i/50): i = 1 → 0.49; 25 → 0.25; 26 → 0.24; 49 → 0.01; 50 → 0; 200 → 0.
   for i, lam in [(1, 0.49), (25, 0.25), (26, 0.24), (49, 0.01), (50, 0.0), (200, 0.0)]:
     assert rlsd_lambda(cfg, i) == pytest.approx(lam, abs=1e-12), i
-  assert rlsd_lambda(dataclasses.replace(cfg, rlsd_lambda=0.3, rlsd_warmdown_steps=4), 2) == pytest.approx(0.15)
+  assert rlsd_lambda(RlsdConfig(start_lambda=0.3, warmdown_steps=4), 2) == pytest.approx(0.15)
   # "from_lambda0": the same line one iteration later, λ_0 at iteration 1: 0.5·max(0, 1 − (i − 1)/50).
-  late = dataclasses.replace(cfg, rlsd_schedule="from_lambda0")
+  late = RlsdConfig(schedule="from_lambda0")
   for i, lam in [(1, 0.5), (26, 0.25), (50, 0.01), (51, 0.0)]:
     assert rlsd_lambda(late, i) == pytest.approx(lam, abs=1e-12), i
   for bad in (0, -1, 1.5):
@@ -302,8 +305,8 @@ def test_rlsd_prepare_reweights_host_side_and_the_loss_is_grpo():
   scores, batch = _batch()
   host = jax.tree.map(np.asarray, batch)
   obj = get_objective("rlsd")
-  cfg = LossConfig(objective="rlsd")
-  prepared = obj.prepare(host, dataclasses.replace(cfg, rlsd_schedule="from_lambda0"), 1)   # λ = λ_0 = ½
+  cfg = LossParams("rlsd")
+  prepared = obj.prepare(host, LossParams("rlsd", method=RlsdConfig(schedule="from_lambda0")), 1)   # λ = λ_0 = ½
   assert isinstance(prepared.advantages, np.ndarray)
   # λ = ½, Δ = log π_T − log π_old = GAP (θ = old here). Row 0 (A = 1): w = clip(e^Δ): e^{ln3/5} = 3^0.2 = 1.245731
   # → 1.2; e^{−ln3/5} = 0.802742; 1 → Â = ½ + ½w = 1.1, 0.901371, 1. Row 1 (A = −1): w = clip(e^{−Δ}):
@@ -343,7 +346,7 @@ def test_skill_sd_hand_value_and_gradient():
   sdl = (2 * (0.5 - 1 + LN(2)) + 2 * (2 - 1 - LN(2)) + (0.5 - 1 + LN(2))) / 5
   np.testing.assert_allclose(sdl, 0.238629, atol=1e-6)
   # PPO: (0,1) ρ = 2 > 1.2 with A = 1 → −1.2; the others −1, −1 | +1, +1 → (−1.2) / 5 = −0.24
-  cfg = LossConfig(objective="skill_sd")
+  cfg = LossParams("skill_sd")
   loss, metrics = _run(cfg, scores, batch)
   np.testing.assert_allclose(metrics["skillsd/loss"], sdl, rtol=1e-5)
   np.testing.assert_allclose(metrics["pg_loss"], -0.24, rtol=1e-5)
@@ -352,7 +355,7 @@ def test_skill_sd_hand_value_and_gradient():
   # (a detached ρ would give ρ(1 − e^{−ℓ}) = 1 at (0,1) instead of 2 ln 2 = 1.386294). Nothing to the teacher.
   norm = normalizer_for(batch.loss_mask)
   obj = get_objective("skill_sd")
-  cfg = LossConfig(objective="skill_sd", skill_sd_coef=1.0, pg_loss_coef=0.0)
+  cfg = LossParams("skill_sd", LossCore(pg_loss_coef=0.0), method=SkillSdConfig(coef=1.0))
   g_lp, g_teacher = jax.grad(
       lambda lp, t: obj.loss(scores.replace(policy_logprobs=lp), batch.replace(teacher_logprobs=t), cfg, norm)[0],
       argnums=(0, 1))(scores.policy_logprobs, batch.teacher_logprobs)
@@ -393,15 +396,10 @@ def test_skill_sd_gradient_at_the_clamp_bounds_is_torchs():
                                [[-20.0]], rtol=1e-9)
 
 
-def test_skill_grpo_is_grpo():
-  scores, batch = _batch()
-  cfg = LossConfig(objective="skill_grpo", kl_coef=0.0, entropy_coef=0.01)
-  loss, metrics = _run(cfg, scores, batch.replace(teacher_logprobs=None))
-  g_loss, g_metrics = grpo_loss(scores, batch, cfg, normalizer_for(batch.loss_mask))
-  np.testing.assert_allclose(loss, g_loss, rtol=1e-6)
-  assert set(metrics) == set(g_metrics) | {"loss"}
-  obj = get_objective("skill_grpo")
-  assert obj.student_skills and obj.teacher_top_k is None and obj.prepare is None
+def test_skill_grpo_trains_with_grpos_objective():
+  """Skill-GRPO's skills are in the student's prompt (its method's hooks); its loss is GRPO's."""
+  from agentopd_jax.methods import METHODS
+  assert METHODS["skill_grpo"].objective == "grpo" and "skill_grpo" not in OBJECTIVES
 
 
 # ---------------------------------------------------------------- registry: fields, branches, checks
@@ -410,24 +408,25 @@ def test_skill_grpo_is_grpo():
 def test_objective_fields_per_objective():
   top_k = {name: OBJECTIVES[name].teacher_top_k for name in OBJECTIVES}
   assert top_k["grpo"] is None and top_k["sft"] is None and top_k["agentic_opd"] is None
-  assert top_k["skill_grpo"] is None
   for name in ("sdar", "grpo_opsd", "opsd"):
-    assert top_k[name](LossConfig(objective=name)) == 0
-    assert top_k[name](LossConfig(objective=name, sdar_divergence="topk_jsd", distill_top_k=8)) == 8
-    assert top_k[name](LossConfig(objective=name, sdar_divergence="topk_forward_kl")) == 16
-  assert top_k["rlsd"](LossConfig(objective="rlsd")) == 0
-  assert top_k["skill_sd"](LossConfig(objective="skill_sd")) == 0
+    assert top_k[name](LossParams(name)) == 0
+    assert top_k[name](LossParams(name, method=SdarConfig(divergence="topk_jsd", top_k=8))) == 8
+    assert top_k[name](LossParams(name, method=SdarConfig(divergence="topk_forward_kl"))) == 16
+  assert top_k["rlsd"](LossParams("rlsd")) == 0
+  assert top_k["skill_sd"](LossParams("skill_sd")) == 0
   assert [n for n in OBJECTIVES if OBJECTIVES[n].prepare is not None] == ["rlsd"]
-  assert [n for n in OBJECTIVES if OBJECTIVES[n].student_skills] == ["skill_grpo"]
+  groups = {name: OBJECTIVES[name].group for name in SELF_DISTILL}
+  assert groups == {"sdar": SdarConfig, "grpo_opsd": SdarConfig, "opsd": SdarConfig, "rlsd": RlsdConfig,
+                    "skill_sd": SkillSdConfig}
 
 
 @pytest.mark.parametrize("name", SELF_DISTILL)
 def test_branches_are_grpos(name):
   obj = get_objective(name)
-  sc = obj.score_config(LossConfig(objective=name), ScoreConfig(vocab_chunk=128, temperature=0.7))
+  sc = obj.score_config(LossParams(name), ScoreConfig(vocab_chunk=128, temperature=0.7))
   assert (sc.policy, sc.reference, sc.teacher, sc.top_k, sc.entropy) == (True, False, "none", 0, True)
   assert (sc.vocab_chunk, sc.temperature) == (128, 0.7)
-  assert obj.score_config(LossConfig(objective=name, kl_coef=0.01)).reference
+  assert obj.score_config(LossParams(name, LossCore(kl_coef=0.01))).reference
 
 
 def test_missing_teacher_signals_raise_one_clear_error():
@@ -435,8 +434,8 @@ def test_missing_teacher_signals_raise_one_clear_error():
   norm = normalizer_for(batch.loss_mask)
   for name in ("sdar", "grpo_opsd", "opsd", "skill_sd"):
     with pytest.raises(ValueError, match="batch.teacher_logprobs"):
-      get_objective(name).loss(scores, batch.replace(teacher_logprobs=None), LossConfig(objective=name), norm)
-  cfg = LossConfig(objective="sdar", sdar_divergence="topk_jsd", distill_top_k=2)
+      get_objective(name).loss(scores, batch.replace(teacher_logprobs=None), LossParams(name), norm)
+  cfg = LossParams("sdar", method=SdarConfig(divergence="topk_jsd", top_k=2))
   obj = get_objective("sdar")
   with pytest.raises(ValueError, match="batch.teacher_topk_ids"):
     obj.loss(scores, batch.replace(teacher_topk_ids=None), cfg, norm)
@@ -444,30 +443,32 @@ def test_missing_teacher_signals_raise_one_clear_error():
     obj.loss(scores, batch.replace(teacher_topk_logprobs=None), cfg, norm)
   with pytest.raises(ValueError, match="policy_gathered_logprobs"):
     obj.loss(scores.replace(policy_gathered_logprobs=None), batch, cfg, norm)
-  with pytest.raises(ValueError, match="distill_top_k"):
-    obj.loss(scores, batch, dataclasses.replace(cfg, distill_top_k=4), norm)
+  with pytest.raises(ValueError, match="sdar.top_k=4"):
+    obj.loss(scores, batch, LossParams("sdar", method=SdarConfig(divergence="topk_jsd", top_k=4)), norm)
   with pytest.raises(ValueError, match="policy_entropy"):
-    obj.loss(scores.replace(policy_entropy=None), batch, LossConfig(objective="sdar", sdar_gate="entropy"), norm)
+    obj.loss(scores.replace(policy_entropy=None), batch, LossParams("sdar", method=SdarConfig(gate="entropy")), norm)
 
 
-@pytest.mark.parametrize("field, bad", [
-    ("sdar_coef", -0.1), ("sdar_coef", float("nan")), ("gate_beta", -1.0), ("gate_beta", float("inf")),
-    ("sdar_gate", "max"), ("sdar_divergence", "kl"), ("distill_top_k", 1), ("distill_top_k", 4.0),
-    ("distill_top_k", True), ("skill_sd_coef", -1e-3), ("rlsd_lambda", 1.5), ("rlsd_lambda", -0.1),
-    ("rlsd_warmdown_steps", 0), ("rlsd_warmdown_steps", 2.5), ("rlsd_eps_w", 1.0), ("rlsd_eps_w", -0.1),
-    ("rlsd_eps_w", "0.2"), ("rlsd_schedule", "cosine")])
-def test_loss_config_rejects_bad_values(field, bad):
-  with pytest.raises(ValueError, match=f"LossConfig.{field}"):
-    LossConfig(objective="sdar", **{field: bad})
+@pytest.mark.parametrize("group, field, bad", [
+    ("sdar", "coef", -0.1), ("sdar", "coef", float("nan")), ("sdar", "gate_beta", -1.0),
+    ("sdar", "gate_beta", float("inf")), ("sdar", "gate", "max"), ("sdar", "divergence", "kl"), ("sdar", "top_k", 1),
+    ("sdar", "top_k", 4.0), ("sdar", "top_k", True), ("skill_sd", "coef", -1e-3), ("rlsd", "start_lambda", 1.5),
+    ("rlsd", "start_lambda", -0.1), ("rlsd", "warmdown_steps", 0), ("rlsd", "warmdown_steps", 2.5),
+    ("rlsd", "eps_w", 1.0), ("rlsd", "eps_w", -0.1), ("rlsd", "eps_w", "0.2"), ("rlsd", "schedule", "cosine")])
+def test_the_groups_reject_bad_values(group, field, bad):
+  cls = {"sdar": SdarConfig, "rlsd": RlsdConfig, "skill_sd": SkillSdConfig}[group]
+  with pytest.raises(ValueError, match=f"^{group}.{field}"):
+    cls(**{field: bad})
 
 
-def test_loss_config_defaults():
-  cfg = LossConfig()
-  assert (cfg.sdar_coef, cfg.gate_beta, cfg.sdar_gate, cfg.sdar_divergence, cfg.distill_top_k) == (
-      0.01, 5.0, "gap", "reverse_kl", 16)
-  assert (cfg.skill_sd_coef, cfg.rlsd_lambda, cfg.rlsd_warmdown_steps, cfg.rlsd_eps_w, cfg.rlsd_schedule) == (
+def test_the_groups_defaults():
+  sdar, rlsd = SdarConfig(), RlsdConfig()
+  assert (sdar.coef, sdar.gate_beta, sdar.gate, sdar.divergence, sdar.top_k) == (0.01, 5.0, "gap", "reverse_kl", 16)
+  assert (SkillSdConfig().coef, rlsd.start_lambda, rlsd.warmdown_steps, rlsd.eps_w, rlsd.schedule) == (
       0.001, 0.5, 50, 0.2, "released_code")
-  assert hash(LossConfig(objective="sdar")) == hash(LossConfig(objective="sdar"))
+  assert hash(LossParams("sdar")) == hash(LossParams("sdar")) and LossParams("sdar").method == sdar
+  with pytest.raises(ValueError, match="objective 'rlsd' reads the config group RlsdConfig, got SdarConfig"):
+    LossParams("rlsd", method=sdar)
 
 
 # ---------------------------------------------------------------- micro-batch exactness
@@ -475,14 +476,15 @@ def test_loss_config_defaults():
 
 @pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
 @pytest.mark.parametrize("name, extra", [
-    ("sdar", {}), ("sdar", dict(sdar_gate="soft_or", sdar_divergence="topk_jsd", distill_top_k=2)),
-    ("sdar", dict(sdar_gate="entropy", sdar_divergence="topk_forward_kl", distill_top_k=2)),
-    ("grpo_opsd", {}), ("opsd", {}), ("rlsd", {}), ("skill_sd", {}), ("skill_grpo", {})])
+    ("sdar", {}), ("sdar", dict(gate="soft_or", divergence="topk_jsd", top_k=2)),
+    ("sdar", dict(gate="entropy", divergence="topk_forward_kl", top_k=2)),
+    ("grpo_opsd", {}), ("opsd", {}), ("rlsd", {}), ("skill_sd", {})])
 def test_metrics_sum_over_micro_batches(mode, name, extra):
   scores, batch = _batch(teacher_topk=True)
   scores = scores.replace(reference_logprobs=batch.old_logprobs + 0.1 * batch.loss_mask,
                           policy_logprobs=scores.policy_logprobs + 0.05 * batch.loss_mask)
-  cfg = LossConfig(objective=name, loss_agg_mode=mode, kl_coef=0.01, entropy_coef=0.01, **extra)
+  core = LossCore(loss_agg_mode=mode, kl_coef=0.01, entropy_coef=0.01)
+  cfg = LossParams(name, core, SdarConfig(**extra) if extra else None)
   obj = get_objective(name)
   norm = normalizer_for(batch.loss_mask)
   whole_loss, whole = obj.loss(scores, batch, cfg, norm)
@@ -511,7 +513,7 @@ def test_sdar_topk_end_to_end_through_scoring(tiny_scoring_batch):
                                               None, None, batch.score_batch())
   batch = batch.replace(old_logprobs=own.policy_logprobs, teacher_logprobs=own.policy_logprobs,
                         teacher_topk_ids=own.policy_topk_ids, teacher_topk_logprobs=own.policy_topk_logprobs)
-  cfg = LossConfig(objective="sdar", sdar_divergence="topk_forward_kl", distill_top_k=4, sdar_coef=1.0)
+  cfg = LossParams("sdar", method=SdarConfig(divergence="topk_forward_kl", top_k=4, coef=1.0))
   obj = get_objective("sdar")
   sc = obj.score_config(cfg, ScoreConfig(vocab_chunk=64))
   norm = normalizer_for(mask)

@@ -238,6 +238,33 @@ def test_run_checkpoint_is_served_with_the_run_tokenizer(folder, tmp_path):
     load_served_model(str(tmp_path), mesh=mesh)
 
 
+def test_a_run_config_of_the_single_section_layout_loads_in_the_groups(tmp_path):
+  """A run folder's config.json written with every method's loss fields in `loss`, Agentic-OPD's in `opd` and the
+  method in `loss.objective` + `grpo.advantage` loads as the method-group config (`training.config.upgrade`)."""
+  from agentopd_jax.serve.loading import run_config
+  from agentopd_jax.training.config import from_config_dict
+  from agentopd_jax.training.presets import cpu_base
+
+  old = cpu_base("alfworld").to_dict()
+  for group in ("sdar", "rlsd", "skill_sd"):
+    del old[group]
+  old["opd"] = old.pop("agentic_opd")
+  old["loss"].update(objective="sdar", sdar_coef=0.5, gate_beta=5.0, sdar_gate="gap", sdar_divergence="reverse_kl",
+                     distill_top_k=16, skill_sd_coef=0.001, rlsd_lambda=0.5, rlsd_warmdown_steps=50,
+                     rlsd_schedule="released_code", rlsd_eps_w=0.2, opd_loss_coef=1.0, task_loss_coef=0.0,
+                     opd_top_k=16, opd_max_abs_log_ratio=0.0, opd_variant="topk_reverse_kl", lad_other="none")
+  for field in ("loss_coef", "task_loss_coef", "top_k", "max_abs_log_ratio", "variant", "lad_other"):
+    del old["opd"][field]
+  old["grpo"]["advantage"] = "opid"
+  run = tmp_path / "old_run"
+  (run / "checkpoints").mkdir(parents=True)
+  (run / "config.json").write_text(json.dumps(old))
+  c = run_config(str(run))
+  cfg = from_config_dict(c)
+  assert (cfg.method, cfg.grpo.advantage, cfg.sdar.coef, cfg.workdir) == ("sdar+opid", "grpo", 0.5, str(run))
+  assert cfg.agentic_opd.teacher_run == "runs/alfworld_cpu"
+
+
 def _free_port():
   with socket.socket() as s:
     s.bind(("127.0.0.1", 0))

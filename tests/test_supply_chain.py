@@ -118,10 +118,10 @@ def test_no_config_field_holds_a_secret():
   """The config is written to config.json and into every checkpoint record, so keys come from the environment only
   ($OPENAI_API_KEY for the analyzer, $AGENTOPD_SEARCH_API_KEY for the retriever): no field of any variant of any env
   config may be named like one."""
-  from agentopd_jax.training.presets import PAPER_MODELS, SKILL_METHODS
+  from agentopd_jax.training.presets import PAPER_MODELS, method_variants
 
-  variants = ["cpu", "agentic_opd", "opid", *PAPER_MODELS, *SKILL_METHODS,
-              *(f"{m}_{p}" for m in ("opid", *SKILL_METHODS) for p in PAPER_MODELS)]
+  own, on_paper = method_variants()
+  variants = ["cpu", *own, *PAPER_MODELS, *(f"{m}_{p}" for m in on_paper for p in PAPER_MODELS)]
   found = set()
   for name in ("alfworld", "webshop", "searchqa"):
     module = runpy.run_path(os.path.join(ROOT, "configs", f"{name}.py"))

@@ -48,12 +48,12 @@ def test_points_are_seed_major_with_every_grid_and_zip_setting():
 
 def test_zip_labels_name_methods_that_differ_in_several_fields():
   s = _sweep(base=f"{ALFWORLD}:agentic_opd", grid={"grpo": {"iterations": [4, 8]}},
-             zip={"method": ["agentic_opd", "grpo"], "loss": {"objective": ["agentic_opd", "grpo"]}},
+             zip={"method": ["agentic_opd", "grpo"], "agentic_opd": {"lad": ["group_rates", "off"]}},
              zip_labels=("hcn_lad", "continued_grpo"))
   points = sweeps.expand(s)
   assert [p.name for p in points[:4]] == ["iterations=4-hcn_lad-s0", "iterations=4-continued_grpo-s0",
                                           "iterations=8-hcn_lad-s0", "iterations=8-continued_grpo-s0"]
-  assert dict(points[1].overrides) == {"grpo.iterations": 4, "method": "grpo", "loss.objective": "grpo"}
+  assert dict(points[1].overrides) == {"grpo.iterations": 4, "method": "grpo", "agentic_opd.lad": "off"}
 
 
 def test_one_base_and_no_axes_names_points_by_variant_and_seed_and_tuples_pass_as_flags():
@@ -80,6 +80,10 @@ def test_one_base_and_no_axes_names_points_by_variant_and_seed_and_tuples_pass_a
     (dict(zip={"opid": {"w_step": [1.0, 2.0]}}, zip_labels=("a",)), r"sweep\.zip_labels: 2 distinct non-empty"),
     (dict(zip={"opid": {"w_step": [1.0, 2.0]}}, zip_labels=("a", "a")), r"sweep\.zip_labels: 2 distinct"),
     (dict(zip_labels=("a",)), r"sweep\.zip_labels: names zip columns, but the sweep has no zip"),
+    # the single-section layout: the key in the method groups
+    (dict(overrides={"loss": {"sdar_coef": 1.0}}), r"no field 'loss\.sdar_coef'; loss\.sdar_coef is now sdar\.coef"),
+    (dict(zip={"opd": {"lad": ["off"]}}), r"has no config section 'opd'; opd\.lad is now agentic_opd\.lad"),
+    (dict(overrides={"grpo": {"advantage": "opid"}}), r"grpo\.advantage=opid is now method=<primary>\+opid"),
 ])
 def test_a_bad_sweep_field_is_one_error_naming_it(fields, message):
   with pytest.raises(ValueError, match=message):

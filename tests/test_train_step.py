@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from agentopd_jax.batching.collate import TrainBatch, pack_rows
 from agentopd_jax.batching.samples import Sample
 from agentopd_jax.models import config as model_config, transformer
-from agentopd_jax.objectives.registry import LossConfig
+from agentopd_jax.methods.agentic_opd.config import AgenticOpdConfig
+from agentopd_jax.objectives.registry import LossCore, LossParams
 from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.training.train_step import (OptimConfig, init_state, learning_rate_schedule, make_minibatches,
                                               make_optimizer, make_train_step, split_minibatches)
@@ -36,14 +37,14 @@ def _params():
   return transformer.init_params(CONFIG, jax.random.key(0))
 
 
-LOSS = LossConfig(kl_coef=0.01, entropy_coef=0.001)
+LOSS = LossParams(core=LossCore(kl_coef=0.01, entropy_coef=0.001))
 OPTIM = OptimConfig(learning_rate=1e-3, warmup_steps=2)
 
 
 def _train(mesh=None, micro=4, steps=2, loss=LOSS, batch=None, optim=OPTIM):
   optimizer = make_optimizer(optim)
   params = _params()
-  reference = jax.tree.map(jnp.copy, params) if loss.kl_coef else None
+  reference = jax.tree.map(jnp.copy, params) if loss.core.kl_coef else None
   state = init_state(params, optimizer, reference, mesh=mesh, model=CONFIG)
   step = make_train_step(CONFIG, loss, optimizer, mesh, with_reference=reference is not None)
   metrics = []
@@ -83,7 +84,7 @@ def test_non_finite_loss_skips_the_update():
   optimizer = make_optimizer(OPTIM)
   state = init_state(_params(), optimizer)
   before = jax.tree.map(np.asarray, state.params)
-  step = make_train_step(CONFIG, LossConfig(), optimizer)
+  step = make_train_step(CONFIG, LossParams(), optimizer)
   state, metrics = step(state, split_minibatches(bad, 8, 4)[0])
   assert float(metrics["skipped"]) == 1.0 and int(state.step) == 0
   for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(state.params)):
@@ -94,14 +95,14 @@ def test_non_finite_loss_skips_the_update():
 
 def test_sft_objective_learns_a_fixed_batch():
   batch = _batch(seed=5)
-  _, metrics = _train(loss=LossConfig(objective="sft"), steps=30, batch=batch, micro=8,
+  _, metrics = _train(loss=LossParams("sft"), steps=30, batch=batch, micro=8,
                       optim=OptimConfig(learning_rate=1e-2))
   assert metrics[-1]["loss"] < 0.5 * metrics[0]["loss"]
 
 
 def test_kl_objective_without_reference_is_an_error():
   with pytest.raises(ValueError, match="needs reference params"):
-    make_train_step(CONFIG, LossConfig(kl_coef=0.1), make_optimizer(OPTIM))
+    make_train_step(CONFIG, LossParams(core=LossCore(kl_coef=0.1)), make_optimizer(OPTIM))
 
 
 def test_seq_mean_counts_every_sample_and_no_padding_row():
@@ -118,7 +119,7 @@ def test_seq_mean_counts_every_sample_and_no_padding_row():
   model = model_config.preset("tiny", vocab_size=256, hidden_size=16, intermediate_size=32, num_layers=1, num_heads=1,
                               num_kv_heads=1, head_dim=16)
   optimizer = make_optimizer(OPTIM)
-  step = make_train_step(model, LossConfig(loss_agg_mode="seq-mean-token-sum"), optimizer)
+  step = make_train_step(model, LossParams(core=LossCore(loss_agg_mode="seq-mean-token-sum")), optimizer)
   pg = [float(step(init_state(transformer.init_params(model, jax.random.key(0)), optimizer),
                    split_minibatches(b, 8, 8)[0])[1]["pg_loss"]) for b in (batch, as_sample)]
   np.testing.assert_allclose(pg[1], pg[0] * 7 / 8, rtol=1e-5)
@@ -144,7 +145,7 @@ def _samples(n=12, seed=0):
   return out, np.where(rng.random(n) < 0.5, 1.0, -1.0).tolist()
 
 
-@pytest.mark.parametrize("loss", [LossConfig(kl_coef=0.01, entropy_coef=0.001), LossConfig(objective="sft")],
+@pytest.mark.parametrize("loss", [LossParams(core=LossCore(kl_coef=0.01, entropy_coef=0.001)), LossParams("sft")],
                          ids=["grpo_kl_entropy", "sft"])
 def test_packed_minibatches_train_exactly_like_one_sample_per_row(loss):
   # Packing only rearranges tokens: segments keep attention apart and positions restart, so a token-mean loss,
@@ -155,8 +156,8 @@ def test_packed_minibatches_train_exactly_like_one_sample_per_row(loss):
     minibatches = make_minibatches(samples, adv, 6, 2, pack_width)
     optimizer = make_optimizer(OPTIM)
     params = _params()
-    state = init_state(params, optimizer, jax.tree.map(jnp.copy, params) if loss.kl_coef else None)
-    step = make_train_step(CONFIG, loss, optimizer, with_reference=bool(loss.kl_coef))
+    state = init_state(params, optimizer, jax.tree.map(jnp.copy, params) if loss.core.kl_coef else None)
+    step = make_train_step(CONFIG, loss, optimizer, with_reference=bool(loss.core.kl_coef))
     losses = []
     for mb in minibatches:
       state, m = step(state, mb)
@@ -202,7 +203,7 @@ def test_learning_rate_schedule_warms_up_then_cosine_decays_to_the_floor():
 def _distill(mesh=None, teacher_seed=1, micro=4):
   """Three Agentic-OPD steps (top-k reverse KL to a teacher checkpoint) on one batch from the same start."""
   optimizer = make_optimizer(OPTIM)
-  loss = LossConfig(objective="agentic_opd", opd_top_k=4)
+  loss = LossParams("agentic_opd", method=AgenticOpdConfig(top_k=4))
   state = init_state(_params(), optimizer, mesh=mesh, model=CONFIG)
   teacher = transformer.init_params(CONFIG, jax.random.key(teacher_seed))
   step = make_train_step(CONFIG, loss, optimizer, mesh)
@@ -229,7 +230,7 @@ def test_distillation_step_scores_the_given_teacher_sharded_and_single():
 
 def test_distillation_step_without_teacher_is_an_error():
   optimizer = make_optimizer(OPTIM)
-  step = make_train_step(CONFIG, LossConfig(objective="agentic_opd", opd_top_k=4), optimizer)
+  step = make_train_step(CONFIG, LossParams("agentic_opd", method=AgenticOpdConfig(top_k=4)), optimizer)
   with pytest.raises(ValueError, match="teacher_params"):
     step(init_state(_params(), optimizer), split_minibatches(_batch(), 8, 4)[0])
 

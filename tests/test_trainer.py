@@ -174,7 +174,7 @@ def test_sdar_with_opid_killed_anywhere_resumes_to_the_uninterrupted_run(tmp_pat
   is the GRPO test's). The bandit's state and the bad-update count come back from the checkpoint record; the run
   equals an uninterrupted one."""
   extra = {"warm_start_run": uninterrupted, "warm_start_step": 1, "grpo__iterations": 2, "skills__retrieval": "ucb",
-           "grpo__advantage": "opid", "opid__normalize": True, "sft__skill_fraction": 0.0}
+           "method": "sdar+opid", "opid__normalize": True, "sft__skill_fraction": 0.0}
   start = functools.partial(_train, variant=":sdar", extra=extra, games_root=games_root)
   _finish(start(str(tmp_path / "a")))
   out = _kill_anywhere(lambda **popen: start(str(tmp_path / "b"), **popen), ["train/update:1", "checkpoint/write:1"])
@@ -271,8 +271,8 @@ def test_compare_reads_a_real_run_folder(uninterrupted, tmp_path):
 def _opd(workdir, games_root, teacher_run, extra=None, **popen):
   """`:agentic_opd` with the finished GRPO run as the teacher pool. LAD is off: the tiny model wins nothing here,
   so group-rate routing would route nothing, and the test needs the distillation to move the student."""
-  extra = {"opd__teacher_run": teacher_run, "opd__lad": "off", "opd__selection_interval": 1, "loss__kl_coef": 0.0,
-           "loss__opd_top_k": 8, "grpo__mini_batch_size": 8, **(extra or {})}
+  extra = {"agentic_opd__teacher_run": teacher_run, "agentic_opd__lad": "off", "agentic_opd__selection_interval": 1,
+           "loss__kl_coef": 0.0, "agentic_opd__top_k": 8, "grpo__mini_batch_size": 8, **(extra or {})}
   return _train(workdir, games_root, ":agentic_opd", extra, **popen)
 
 
@@ -326,11 +326,12 @@ def test_agentic_opd_run_killed_anywhere_resumes_to_the_uninterrupted_run(tmp_pa
 
 def test_agentic_opd_trains_on_whole_trajectories_in_one_step(tmp_path, games_root, uninterrupted):
   """verl-tool's layout (one sequence per episode, observation tokens masked), the spec's setting, selected by
-  `rollout.layout`: one sample per episode; with `opd.whole_batch_update` (the authors' trainer) one optimizer step
-  over the whole batch although it holds two mini-batches; the student moves."""
+  `rollout.layout`: one sample per episode; with `agentic_opd.whole_batch_update` (the authors' trainer) one optimizer
+  step over the whole batch although it holds two mini-batches; the student moves."""
   workdir = str(tmp_path / "opd_traj")
   _finish(_opd(workdir, games_root, uninterrupted, {"rollout__layout": "trajectory", "grpo__iterations": 1,
-                                                     "grpo__mini_batch_size": 4, "opd__whole_batch_update": True}))
+                                                     "grpo__mini_batch_size": 4,
+                                                     "agentic_opd__whole_batch_update": True}))
   (train,) = [r for r in read_metrics(os.path.join(workdir, "logs")) if r["phase"] == "train"]
   assert train["batch/samples"] == 2 * 4  # tasks_per_iteration x group_size episodes, one sequence each
   assert train["batch/updates"] == 1 and train["actor/opd_reverse_kl"] > 0

@@ -3,16 +3,18 @@
 self-distillation baselines (`sdar`), OPID's hindsight skill advantage (`opid`) and Agentic-OPD's checkpoint-teacher
 distillation (`agentic_opd`).
 
-Importing this package registers every method's objectives in `objectives.registry` (each `losses` module calls
-`register_objective` when imported), so code that looks an objective up by name imports it first.
+`METHODS` holds every method by the name the run config's `method` string gives it: the primary methods, each with
+its objective (loss registry key), config group and preset, and the add-ons (OPID). Importing this package registers
+every method's objectives in `objectives.registry` (each `losses` module calls `register_objective` when imported),
+so code that looks an objective up by name imports it first.
 """
 from agentopd_jax.methods.agentic_opd.method import AgenticOpd
 from agentopd_jax.methods.grpo import Grpo
 from agentopd_jax.methods.opid.method import Opid
-from agentopd_jax.methods.sdar.method import Sdar
+from agentopd_jax.methods.sdar.method import GrpoOpsd, Opsd, Rlsd, Sdar, SkillSd
 from agentopd_jax.methods.skill_grpo import SkillGrpo
 import agentopd_jax.methods.agentic_opd.losses  # noqa: F401  "agentic_opd"
-import agentopd_jax.methods.sdar.losses  # noqa: F401  "sdar", "grpo_opsd", "opsd", "rlsd", "skill_sd", "skill_grpo"
+import agentopd_jax.methods.sdar.losses  # noqa: F401  "sdar", "grpo_opsd", "opsd", "rlsd", "skill_sd"
 
-# Every method by the name a run config gives it.
-METHODS = {m.name: m for m in (Grpo, SkillGrpo, Sdar, Opid, AgenticOpd)}
+# Every method by the name a run config's `method` string gives it.
+METHODS = {m.name: m for m in (Grpo, SkillGrpo, Sdar, GrpoOpsd, Opsd, Rlsd, SkillSd, Opid, AgenticOpd)}

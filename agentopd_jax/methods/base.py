@@ -5,7 +5,9 @@ updates, and every `validation.every` iterations validate -> checkpoint. A metho
 `Method`, each a no-op by default, so GRPO is the method with no hooks and every other method states only what it
 adds: skills in the student's prompt (Skill-GRPO), a hindsight shift of the advantages (OPID), a privileged
 teacher's per-token signals (SDAR and its baselines), or its own starting params, a resident teacher and routing
-weights (Agentic-OPD). Methods stack (`sdar+opid`): the loop calls each hook of each method in the run's order.
+weights (Agentic-OPD). Methods stack: the run config's `method` names one primary method, which declares the run's
+objective (loss registry key), optionally followed by add-ons that declare none (`sdar+opid`), and the loop calls each
+hook of each method in the run's order (the add-ons', then the primary's).
 
 Methods sit below `training/`, so they see the run through `MethodContext` (the parts they may use, filled by
 `training/assembly.py`) and `Iteration` (one iteration's data as the loop builds it), never through the config.
@@ -45,6 +47,7 @@ class MethodContext:
   train_engine: Any
   train_sampling: Any         # the rollouts' SamplingParams
   scoring: Mapping[str, Any]  # temperature, pack_width, rows_per_call, mesh
+  loss: Any                   # the run's `objectives.registry.LossParams` (objective, loss core, method group)
   play_panel: Callable[..., tuple]
   validation_stream: int      # the int key of the panel's draws (skill retrieval at validation)
   log: Any                    # the run's metrics logger (a method logs its own phases, e.g. "opd")
@@ -82,14 +85,29 @@ class Signals:
 
 
 class Method:
-  """A training method's hooks; each default does nothing. `sections` names the run-config sections its constructor
-  takes, in order (assembly passes them, typed); `provides` the `Signals` fields the method sets (two methods of a
-  run may not set the same one); `log_phases` the extra metric phases it logs, kept on resume.
+  """A training method's hooks; each default does nothing.
+
+  name        its name in the run config's `method` string ("sdar", "opid", ...)
+  objective   the loss registry key it trains with (a primary method), or None (an add-on, such as OPID: it stacks
+              on a primary, `sdar+opid`, and alone means GRPO with it, `opid`)
+  group       the run-config section the objective's functions read as `LossParams.method` (None: none)
+  takes_addons  whether add-ons may stack on it (a primary method)
+  sections    the run-config sections its constructor takes, in order (assembly passes them, typed)
+  provides    the `Signals` fields the method sets (two methods of a run may not set the same one)
+  log_phases  the extra metric phases it logs, kept on resume
+  preset(c, paper) -> c: the method's variant of the env configs (`configs/<env>.py:<name>`) on top of the CPU
+              default (paper False) or of a paper model (`<name>_<model>`, paper True, only with `paper_variants`);
+              None: no variant
   """
   name: str = ""
+  objective: Optional[str] = None
+  group: Optional[str] = None
+  takes_addons: bool = True
   sections: tuple = ()
   provides: frozenset = frozenset()
   log_phases: tuple = ()
+  preset: Optional[Callable] = None
+  paper_variants: bool = True
 
   def start(self, ctx: MethodContext) -> None:
     """Builds what the method needs, before the run resumes or starts."""

@@ -18,7 +18,9 @@ from agentopd_jax.objectives.advantages import get_advantage_estimator, informat
 
 
 class Grpo(Method):
+  """GRPO: the objective "grpo" and no hooks; its variants are the env configs' CPU default and paper models."""
   name = "grpo"
+  objective = "grpo"
 
 
 def advantages(samples: Sequence[Sample], num_groups: int, estimator: str,

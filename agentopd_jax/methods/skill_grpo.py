@@ -15,12 +15,23 @@ from agentopd_jax.skills.context import SkillContext
 
 class SkillGrpo(Method):
   name = "skill_grpo"
+  objective = "grpo"
   sections = ("skills",)
   provides = frozenset({"context"})
 
   def __init__(self, skills_cfg):
     self.skills_cfg = skills_cfg
     self.skills = None
+
+  @staticmethod
+  def preset(c, paper: bool):
+    """Skill-GRPO on top of a run config, as SDAR's table runs it: KM-retrieved skills in the student's prompt; the
+    workdir gets "_skill_grpo"."""
+    del paper
+    c.method = "skill_grpo"
+    c.workdir = f"{c.workdir}_skill_grpo"
+    c.skills.retrieval = "km"
+    return c
 
   def start(self, ctx: MethodContext) -> None:
     c = self.skills_cfg

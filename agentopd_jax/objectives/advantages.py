@@ -100,16 +100,12 @@ def informative_groups(episode_rewards: jnp.ndarray, group_ids: jnp.ndarray, num
   return high > low
 
 
-# Estimators chosen by name in the config; each maps (scores, group_ids, valid, *, epsilon, num_groups) -> [N].
+# Estimators chosen by name in the config (`grpo.advantage`); each maps (scores, group_ids, valid, *, epsilon,
+# num_groups) -> [N]. OPID's add-on (methods.opid) shifts either one per token with its hindsight skills.
 ADVANTAGE_ESTIMATORS: Dict[str, Callable[..., jnp.ndarray]] = {
     "grpo": functools.partial(grpo_advantages, mode="mean_std_norm"),
     "grpo_mean_norm": functools.partial(grpo_advantages, mode="mean_norm"),
-    # OPID (methods.opid.advantage): this episode advantage plus the skill log-prob shift, which the trainer adds per
-    # token from its hindsight teacher (methods.opid.hindsight) once the batch's analysis is joined.
-    "opid": functools.partial(grpo_advantages, mode="mean_std_norm"),
-    "opid_mean_norm": functools.partial(grpo_advantages, mode="mean_norm"),
 }
-SKILL_SHIFT_ESTIMATORS = ("opid", "opid_mean_norm")  # the estimators whose advantage gets OPID's skill shift
 
 
 def get_advantage_estimator(name: str) -> Callable[..., jnp.ndarray]:

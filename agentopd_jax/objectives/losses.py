@@ -48,7 +48,7 @@ def normalizer_for(mask: jnp.ndarray, segment_ids: Optional[jnp.ndarray] = None,
 
   Sequences are counted as verl counts them, every row of its batch whether or not it has a loss token, except the
   padding rows that fill up a mini-batch here (`segment_ids` all 0: they hold no sample and are no row of verl's
-  batch). Without `segment_ids` every row holds a sample. `horizon`: `LossConfig.loss_scale_factor`.
+  batch). Without `segment_ids` every row holds a sample. `horizon`: `LossCore.loss_scale_factor`.
   """
   chex.assert_rank(mask, 2)
   if not horizon >= 0:
@@ -86,7 +86,7 @@ def agg_loss(values: jnp.ndarray, mask: jnp.ndarray, mode: str, normalizer: Norm
   if mode == "seq-mean-token-sum-norm":
     if not normalizer.horizon > 0:
       raise ValueError("loss_agg_mode 'seq-mean-token-sum-norm' divides by the constant L = "
-                       "LossConfig.loss_scale_factor, which the normaliser lacks (horizon 0)")
+                       "loss.loss_scale_factor, which the normaliser lacks (horizon 0)")
     return jnp.sum(row_sum) / normalizer.horizon
   if mode == "seq-mean-token-mean":
     row_sum = row_sum / jnp.maximum(jnp.sum(m, axis=-1), 1.0)

@@ -66,12 +66,19 @@ def load_served_model(model: str, step: str = "", mesh=None, param_dtype: str = 
 
 
 def run_config(run_dir: str) -> ml_collections.ConfigDict:
-  """The config a run was trained with (its `config.json`), with `workdir` pointing at `run_dir` where it is now."""
+  """The config a run was trained with (its `config.json`, in the method-group layout: `training.config.upgrade`),
+  with `workdir` pointing at `run_dir` where it is now."""
+  from agentopd_jax.training.config import upgrade  # heavy (methods, envs); only runs need it
+
   file = os.path.join(run_dir, "config.json")
   if not os.path.isfile(file):
     raise FileNotFoundError(f"run folder {run_dir} has checkpoints/ but no config.json (the trainer writes it)")
   with open(file) as f:
-    c = ml_collections.ConfigDict(json.load(f))
+    raw = json.load(f)
+  try:
+    c = ml_collections.ConfigDict(upgrade(raw) if isinstance(raw, dict) else raw)
+  except ValueError as e:
+    raise ValueError(f"{file}: {e}") from None
   c.workdir = run_dir
   return c
 

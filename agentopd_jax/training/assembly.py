@@ -28,14 +28,14 @@ from agentopd_jax.rollout.text_envs import make_text_env
 from agentopd_jax.sampling.sampler import Sampler, SamplingParams
 from agentopd_jax.methods import METHODS
 from agentopd_jax.methods.base import Method, check_composition
-from agentopd_jax.objectives.advantages import SKILL_SHIFT_ESTIMATORS
-from agentopd_jax.objectives.registry import Objective, get_objective
+from agentopd_jax.objectives.registry import LossParams, Objective, get_objective
 from agentopd_jax.parallel import distributed
 from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.storage.checkpoints import CheckpointPool, run_params
 from agentopd_jax.storage.logs import LiveReport, MetricsLogger, NullLogger
 from agentopd_jax.training import data
-from agentopd_jax.training.config import RunConfig, from_config_dict
+from agentopd_jax.training.config import RunConfig, from_config_dict, loss_params
+from agentopd_jax.training.config import method_names as methods_of
 from agentopd_jax.training.train_step import BadUpdates, make_optimizer, make_train_step
 
 VALIDATION_STREAM = 10**6  # fold_in index of the validation key; GRPO iteration i uses index i
@@ -149,23 +149,16 @@ class RunParts:
   optimizer: Any
   bad_updates: BadUpdates
   use_reference: bool
+  loss: LossParams            # the objective, the loss core and the primary method's config group
   objective: Objective
   train_step: Callable
   methods: Tuple[Method, ...]
 
 
 def method_names(cfg: RunConfig) -> Tuple[str, ...]:
-  """The run's methods, in the order their hooks run: OPID's advantage shift (`grpo.advantage` "opid*") before a
-  teacher-reading objective's method (SDAR and its baselines) or Skill-GRPO's prompt skills; Agentic-OPD alone."""
-  if cfg.method == "agentic_opd":
-    return ("agentic_opd",)
-  objective = get_objective(cfg.loss.objective)
-  names = ("opid",) if cfg.grpo.advantage in SKILL_SHIFT_ESTIMATORS else ()
-  if objective.student_skills:
-    names += ("skill_grpo",)
-  elif objective.teacher_top_k is not None:
-    names += ("sdar",)
-  return names or ("grpo",)
+  """The run's methods (its `method` string), in the order their hooks run: the add-ons (OPID's advantage shift),
+  then the primary method (a teacher-reading objective's teacher, Skill-GRPO's prompt skills, Agentic-OPD)."""
+  return methods_of(cfg.method)
 
 
 def make_method(name: str, cfg: RunConfig) -> Method:
@@ -203,6 +196,7 @@ def build_run(c) -> RunParts:
   optimizer = make_optimizer(cfg.optim)
   use_reference = cfg.loss.kl_coef > 0
   runs_at = sampling(cfg)
+  loss = loss_params(cfg)
   names = method_names(cfg)
   methods = tuple(make_method(name, cfg) for name in names)
   check_composition(methods)
@@ -215,7 +209,7 @@ def build_run(c) -> RunParts:
       validation_key=validation_key(cfg), key=jax.random.key(cfg.seed), train_engine=train_engine,
       val_engine=val_engine, pool=CheckpointPool(workdir / "checkpoints", keep=cfg.checkpoint.keep or None),
       live=live, log=log, optimizer=optimizer, bad_updates=BadUpdates(cfg.optim.max_bad_updates),
-      use_reference=use_reference, objective=get_objective(cfg.loss.objective),
-      train_step=make_train_step(model, cfg.loss, optimizer, mesh, use_reference,
+      use_reference=use_reference, loss=loss, objective=get_objective(loss.objective),
+      train_step=make_train_step(model, loss, optimizer, mesh, use_reference,
                                  temperature=runs_at.train.temperature),  # the rollouts' temperature
       methods=methods)

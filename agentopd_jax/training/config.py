@@ -1,9 +1,11 @@
 """The run config: typed frozen sections, their defaults, and the ConfigDict the command line overrides.
 
 Each section is a frozen dataclass next to the code that reads it (`rollout.engine.RolloutConfig`,
-`training.train_step.OptimConfig`, `objectives.registry.LossConfig`, the env's `EnvSpec.config`, ...) or, for the
-trainer's own sections, here. `RunConfig` holds one of each plus the top-level fields, and its field defaults are
-the CPU default run's values (the paper presets override them in `training.presets`).
+`training.train_step.OptimConfig`, `objectives.registry.LossCore`, the env's `EnvSpec.config`, each method's config
+group in its package: `sdar`, `rlsd`, `skill_sd`, `opid`, `agentic_opd`, ...) or, for the trainer's own sections,
+here. `RunConfig` holds one of each plus the top-level fields, and its field defaults are the CPU default run's values
+(the paper presets override them in `training.presets`). `method` names the run's methods (`method_names`): one
+primary method, which decides the objective, and optional add-ons ("sdar+opid").
 
   c = to_config_dict(RunConfig(env=AlfworldConfig()))   # the ConfigDict: `--config.rollout.max_steps=20` etc.
   cfg = from_config_dict(c)                              # RunConfig: every section built and checked
@@ -11,15 +13,20 @@ the CPU default run's values (the paper presets override them in `training.prese
 `to_config_dict` gives each field the ConfigDict type of its annotation (ml_collections then refuses a string in an
 int field and turns an int into a float in a float field), and `from_config_dict` turns any bad field into one
 ValueError that starts with its dotted name (`grpo.group_size: ...`), before anything is loaded or spawned.
+
+Run configs of the single-section layout (every method's loss fields in `loss`, Agentic-OPD's in `opd`, the method
+spread over `method`, `loss.objective` and `grpo.advantage`) load through `upgrade`, and a command-line flag of that
+layout is one error naming its key in the groups (`stale_flags`).
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import re
 import types
 import typing
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import ml_collections
 
@@ -27,18 +34,18 @@ from agentopd_jax.envs import registry
 from agentopd_jax.envs.registry import EnvCommon
 from agentopd_jax.models.loading import ModelSpec
 from agentopd_jax.models.tokenizer import BuiltinTokenizerConfig
-import agentopd_jax.methods  # noqa: F401  registers the methods' objectives (LossConfig checks the name)
-from agentopd_jax.methods.agentic_opd.config import OpdConfig
+from agentopd_jax.methods import METHODS  # also registers the methods' objectives
+from agentopd_jax.methods.agentic_opd.config import AgenticOpdConfig
 from agentopd_jax.methods.opid.config import OpidConfig
+from agentopd_jax.methods.sdar.config import RlsdConfig, SdarConfig, SkillSdConfig
 from agentopd_jax.methods.sdar.teacher import TeacherConfig
 from agentopd_jax.objectives.advantages import ADVANTAGE_ESTIMATORS
 from agentopd_jax.objectives.losses import PER_SEQUENCE_MODES
-from agentopd_jax.objectives.registry import LossConfig
+from agentopd_jax.objectives.registry import LossCore, LossParams
 from agentopd_jax.rollout.engine import RolloutConfig
 from agentopd_jax.skills.retrieval import SkillsConfig
 from agentopd_jax.training.train_step import OptimConfig
 
-METHODS = ("grpo", "agentic_opd")
 LR_SCHEDULES = ("cosine", "constant")
 
 
@@ -94,8 +101,8 @@ class GrpoConfig:
   iterations: int = 8
   tasks_per_iteration: int = 4
   group_size: int = 8                  # 8 attempts per task: groups with a win are common at ~10 % success
-  advantage: str = "grpo"              # registry key: "grpo" (mean_std_norm) or "grpo_mean_norm"; "opid" /
-                                       # "opid_mean_norm": the same plus OPID's skill log-prob shift (`opid.*`)
+  advantage: str = "grpo"              # registry key: "grpo" (mean_std_norm) or "grpo_mean_norm" (OPID's add-on
+                                       # shifts either per token)
   filter_groups: bool = False          # DAPO dynamic sampling: train only on groups whose episodes' rewards differ
   task_phases: str = ""                # a task mix that shifts: "groupA@1,groupB@9" draws iterations 1-8 from group
                                        # A's training tasks, 9- from B's ("a+b": both; groups as in
@@ -108,7 +115,9 @@ class GrpoConfig:
     _at_least("grpo", self, {"iterations": 0, "tasks_per_iteration": 1, "group_size": 1, "mini_batch_size": 1,
                              "micro_batch_size": 1})
     if self.advantage not in ADVANTAGE_ESTIMATORS:
-      raise ValueError(f"grpo.advantage must be one of {sorted(ADVANTAGE_ESTIMATORS)}, got {self.advantage!r}")
+      hint = stale_key("grpo.advantage", self.advantage)
+      raise ValueError(f"grpo.advantage must be one of {sorted(ADVANTAGE_ESTIMATORS)}, got {self.advantage!r}"
+                       + (f" ({hint})" if hint else ""))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,6 +157,43 @@ class DistributedConfig:
   auto: bool = True
 
 
+def parse_method(method: str) -> Tuple[str, Tuple[str, ...]]:
+  """(primary method, add-ons) of a `method` string: one primary method of `METHODS` (it declares the objective),
+  then add-ons joined by "+" ("sdar+opid"); add-ons alone stack on GRPO ("opid"). Anything else is one ValueError
+  that starts with `method:`."""
+  primaries = sorted(n for n, m in METHODS.items() if m.objective is not None)
+  addons = sorted(n for n, m in METHODS.items() if m.objective is None)
+  choices = f"a primary method {primaries}, optionally followed by add-ons {addons} joined by '+' (e.g. 'sdar+opid')"
+  if not isinstance(method, str) or not method:
+    raise ValueError(f"method: expected {choices}, got {method!r}")
+  parts = method.split("+")
+  unknown = [p for p in parts if p not in METHODS]
+  if unknown:
+    raise ValueError(f"method: unknown method {unknown[0]!r} in {method!r}; expected {choices}")
+  first = 0 if METHODS[parts[0]].objective is not None else None
+  named = [p for p in parts if METHODS[p].objective is not None]
+  if len(named) > 1:
+    raise ValueError(f"method: {method!r} names two primary methods ({named[0]!r} and {named[1]!r}); a run has one, "
+                     f"optionally followed by add-ons {addons}")
+  if named and first is None:
+    raise ValueError(f"method: name the primary method first, then its add-ons: "
+                     f"{'+'.join(named + [p for p in parts if p not in named])!r}, got {method!r}")
+  primary, rest = (parts[0], parts[1:]) if named else ("grpo", parts)
+  twice = sorted({p for p in rest if rest.count(p) > 1})
+  if twice:
+    raise ValueError(f"method: {method!r} names {twice[0]!r} twice")
+  if rest and not METHODS[primary].takes_addons:
+    raise ValueError(f"method: {primary!r} takes no add-on, got {method!r}")
+  return primary, tuple(rest)
+
+
+def method_names(method: str) -> Tuple[str, ...]:
+  """The methods of a `method` string in the order their hooks run: the add-ons (OPID's advantage shift), then the
+  primary method (a teacher-reading objective's teacher, Skill-GRPO's prompt skills, Agentic-OPD's routing)."""
+  primary, addons = parse_method(method)
+  return addons + (primary,)
+
+
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
   """A whole run: the top-level fields and one field per section. `env` is the env's own section class
@@ -155,7 +201,10 @@ class RunConfig:
   env: EnvCommon
   seed: int = 0
   workdir: str = "runs/cpu"
-  method: str = "grpo"                 # "grpo" or "agentic_opd" (the `agentic_opd` variant: distil a GRPO run's pool)
+  method: str = "grpo"                 # the primary method, optionally with add-ons joined by "+": "grpo", "sdar",
+                                       # "grpo_opsd", "opsd", "rlsd", "skill_sd", "skill_grpo", "agentic_opd" (distil a
+                                       # GRPO run's pool), "opid" (GRPO with OPID's shift), "sdar+opid"; the primary
+                                       # decides the objective (`METHODS[name].objective`)
   mesh_shape: Tuple[int, ...] = (-1, 1, 1)  # (data, fsdp, tensor)
   warm_start_run: str = ""             # a run folder: its step-0 checkpoint (the warm start) is this run's start, no
                                        # SFT (methods compared from one warm start; the model config must match)
@@ -170,7 +219,10 @@ class RunConfig:
   rollout: RolloutConfig = dataclasses.field(default_factory=RolloutConfig)
   sft: SftConfig = dataclasses.field(default_factory=SftConfig)
   grpo: GrpoConfig = dataclasses.field(default_factory=GrpoConfig)
-  loss: LossConfig = dataclasses.field(default_factory=LossConfig)
+  loss: LossCore = dataclasses.field(default_factory=LossCore)
+  sdar: SdarConfig = dataclasses.field(default_factory=SdarConfig)
+  rlsd: RlsdConfig = dataclasses.field(default_factory=RlsdConfig)
+  skill_sd: SkillSdConfig = dataclasses.field(default_factory=SkillSdConfig)
   skills: SkillsConfig = dataclasses.field(default_factory=SkillsConfig)
   teacher: TeacherConfig = dataclasses.field(default_factory=TeacherConfig)
   opid: OpidConfig = dataclasses.field(default_factory=OpidConfig)
@@ -179,12 +231,11 @@ class RunConfig:
   checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
   logging: LoggingConfig = dataclasses.field(default_factory=LoggingConfig)
   distributed: DistributedConfig = dataclasses.field(default_factory=DistributedConfig)
-  opd: OpdConfig = dataclasses.field(default_factory=OpdConfig)
+  agentic_opd: AgenticOpdConfig = dataclasses.field(default_factory=AgenticOpdConfig)
 
   def __post_init__(self):
     """The checks that read more than one section."""
-    if self.method not in METHODS:
-      raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+    primary, _ = parse_method(self.method)
     if len(self.mesh_shape) != 3 or any(type(n) is not int or n == 0 or n < -1 for n in self.mesh_shape):
       raise ValueError(f"mesh_shape must be 3 positive integers (data, fsdp, tensor), one of them may be -1; "
                        f"got {tuple(self.mesh_shape)}")
@@ -192,13 +243,113 @@ class RunConfig:
       raise ValueError(f"pack_width={self.pack_width}: packing needs pack_width > 0 and a loss.loss_agg_mode other "
                        f"than {PER_SEQUENCE_MODES} (a packed row is not one sequence); got "
                        f"{self.loss.loss_agg_mode!r}. Set pack_width=0 for one sample per row")
-    if (self.loss.objective == "agentic_opd") != (self.method == "agentic_opd"):
-      raise ValueError(f"loss.objective: method='agentic_opd' and the 'agentic_opd' objective go together (its loss "
-                       f"reads the resident teacher that only that method provides); got method={self.method!r}, "
-                       f"loss.objective={self.loss.objective!r}")
-    if self.method == "agentic_opd" and self.opd.selection_interval % self.validation.every:
-      raise ValueError(f"opd.selection_interval: {self.opd.selection_interval} is not a multiple of validation.every "
-                       f"({self.validation.every}); a teacher is re-selected after a student validation")
+    if primary == "agentic_opd" and self.agentic_opd.selection_interval % self.validation.every:
+      raise ValueError(f"agentic_opd.selection_interval: {self.agentic_opd.selection_interval} is not a multiple of "
+                       f"validation.every ({self.validation.every}); a teacher is re-selected after a student "
+                       f"validation")
+
+
+def loss_params(cfg: RunConfig) -> LossParams:
+  """What the run's train step and objective read: the primary method's objective, the `loss` core and the
+  method's config group (`Method.group`)."""
+  method = METHODS[parse_method(cfg.method)[0]]
+  return LossParams(method.objective, cfg.loss, getattr(cfg, method.group) if method.group else None)
+
+
+# ------------------------------------------------------------------------------------------- the single-section layout
+
+# A key of the single-section layout -> its key in the method groups (`upgrade`, `stale_key`).
+UPGRADED_KEYS = {
+    "loss.sdar_coef": "sdar.coef", "loss.gate_beta": "sdar.gate_beta", "loss.sdar_gate": "sdar.gate",
+    "loss.sdar_divergence": "sdar.divergence", "loss.distill_top_k": "sdar.top_k",
+    "loss.rlsd_lambda": "rlsd.start_lambda", "loss.rlsd_warmdown_steps": "rlsd.warmdown_steps",
+    "loss.rlsd_schedule": "rlsd.schedule", "loss.rlsd_eps_w": "rlsd.eps_w",
+    "loss.skill_sd_coef": "skill_sd.coef",
+    "loss.opd_loss_coef": "agentic_opd.loss_coef", "loss.task_loss_coef": "agentic_opd.task_loss_coef",
+    "loss.opd_top_k": "agentic_opd.top_k", "loss.opd_max_abs_log_ratio": "agentic_opd.max_abs_log_ratio",
+    "loss.opd_variant": "agentic_opd.variant", "loss.lad_other": "agentic_opd.lad_other",
+    **{f"opd.{name}": f"agentic_opd.{name}" for name in (
+        "teacher_run", "student_step", "scheduler", "selection_interval", "solved_rule", "prune_dominated", "lad",
+        "whole_batch_update")},
+}
+# The `grpo.advantage` names of OPID's shift in that layout -> the estimator it shifts.
+OPID_ESTIMATORS = {"opid": "grpo", "opid_mean_norm": "grpo_mean_norm"}
+
+
+def stale_key(dotted: str, value: Optional[str] = None) -> Optional[str]:
+  """What key of the method groups `dotted` (a key of the single-section layout, set to `value` where that matters)
+  is, as one sentence ("loss.sdar_coef is now sdar.coef"); None for a key of the groups."""
+  if dotted in UPGRADED_KEYS:
+    return f"{dotted} is now {UPGRADED_KEYS[dotted]}"
+  if dotted == "opd":
+    return "opd is now agentic_opd"
+  if dotted == "loss.objective":
+    named = f" (--config.method={value})" if value else ""
+    return f"loss.objective is now method: the method decides the objective{named}"
+  if dotted == "grpo.advantage" and value in OPID_ESTIMATORS:
+    return (f"grpo.advantage={value} is now method=<primary>+opid (or method=opid for GRPO) with "
+            f"grpo.advantage={OPID_ESTIMATORS[value]}")
+  return None
+
+
+def stale_flags(argv: Sequence[str], name: str = "config") -> List[str]:
+  """One error per flag of `argv` that sets a key of the single-section layout (`--config.loss.sdar_coef=0.1`,
+  `--config.opd.lad off`, `--config.grpo.advantage=opid`): `--config.loss.sdar_coef: loss.sdar_coef is now
+  sdar.coef`. Scripts check their argv with it before ml_collections parses the flags."""
+  errors = []
+  for i, arg in enumerate(argv):
+    for prefix in (f"--{name}.", f"--no{name}."):
+      if arg.startswith(prefix):
+        key, eq, value = arg[len(prefix):].partition("=")
+        if not eq and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+          value = argv[i + 1]
+        message = stale_key(key, value or None) or (stale_key(key.split(".")[0]) if "." in key else None)
+        if message:
+          errors.append(f"{prefix}{key}: {message}")
+  return errors
+
+
+def upgrade(old: Mapping[str, Any]) -> Dict[str, Any]:
+  """The run config dict `old` (a run's `config.json`, a checkpoint record's config) in the method-group layout:
+  each key of `UPGRADED_KEYS` under its group key, the `opd` section as `agentic_opd`, and `method`, `loss.objective`
+  and an OPID `grpo.advantage` as one `method` string (objective "sdar" with advantage "opid" -> method
+  "sdar+opid", grpo.advantage "grpo"). Values are kept as they are. A dict of the group layout comes back equal."""
+  c = copy.deepcopy(dict(old))
+  for section in ("loss", "opd", "grpo"):
+    if section in c and not isinstance(c[section], Mapping):
+      raise ValueError(f"{section}: expected a section (a mapping), got {type(c[section]).__name__}")
+    if section in c:
+      c[section] = dict(c[section])
+  objective = c["loss"].pop("objective", None) if "loss" in c else None
+  moves = [(k.split("."), v.split(".")) for k, v in UPGRADED_KEYS.items() if k.startswith("loss.")]
+  moves += [(("opd", field), ("agentic_opd", field)) for field in c.get("opd", {})]
+  for (section, field), (group, name) in moves:
+    if field not in c.get(section, {}):
+      continue
+    target = c.setdefault(group, {})
+    if name in target:
+      raise ValueError(f"{section}.{field}: the config also sets {group}.{name}; keep one of them")
+    target[name] = c[section].pop(field)
+  if "opd" in c:
+    del c["opd"]
+  advantage = c.get("grpo", {}).get("advantage")
+  if objective is None and advantage not in OPID_ESTIMATORS:
+    return c
+  if c.get("method", "grpo") == "agentic_opd":
+    primary = "agentic_opd"
+  else:
+    primary = objective or "grpo"
+    if primary not in METHODS or METHODS[primary].objective is None:
+      raise ValueError(f"loss.objective: {primary!r} is no method's objective; methods: "
+                       f"{sorted(n for n, m in METHODS.items() if m.objective is not None)}")
+  shifted = advantage in OPID_ESTIMATORS
+  if shifted:
+    c["grpo"]["advantage"] = OPID_ESTIMATORS[advantage]
+  if shifted and METHODS[primary].takes_addons:
+    c["method"] = "opid" if primary == "grpo" else f"{primary}+opid"
+  else:
+    c["method"] = primary
+  return c
 
 
 # ------------------------------------------------------------------------------------------- the ConfigDict side
@@ -314,7 +465,9 @@ def _build(section: str, cls, c, **fixed):
     if key in fixed:
       continue
     if key not in names:
-      raise ValueError(f"{prefix}{key}: unknown field of {section or 'the run config'} ({cls.__name__})")
+      hint = stale_key(prefix + key)
+      raise ValueError(f"{prefix}{key}: unknown field of {section or 'the run config'} ({cls.__name__})"
+                       + (f"; {hint}" if hint else ""))
     try:
       kwargs[key] = _from_value(prefix + key, hints[key], c[key])
     except (TypeError, ValueError) as e:

@@ -5,7 +5,7 @@ A sweep file's `get_config()` returns a ConfigDict with
   root       the sweep's folder; each point trains in root/<point name> and logs to its train.log there
   seeds      a tuple of run seeds (`config.seed`; a tuple, so `--sweep.seeds="(0,1)"` overrides it), every point
              once per seed
-  overrides  fixed values, nested as the run config is: {"warm_start_run": "runs/x", "loss": {"sdar_coef": 1.0}}
+  overrides  fixed values, nested as the run config is: {"warm_start_run": "runs/x", "sdar": {"coef": 1.0}}
   grid       nested the same way, with a list at each leaf: every combination of the leaves' values
   zip        nested the same way, with equal-length lists at the leaves: one axis whose leaves vary together
   zip_labels optional: one name per zip column, used in the points' names instead of the zipped settings (methods
@@ -101,10 +101,10 @@ def _check_field(config: ml_collections.ConfigDict, base: str, key: str, value: 
   node, parts = config, key.split(".")
   for i, part in enumerate(parts[:-1]):
     if part not in node or not isinstance(node[part], ml_collections.ConfigDict):
-      raise ValueError(f"{where}: {base} has no config section {'.'.join(parts[:i + 1])!r}")
+      raise ValueError(f"{where}: {base} has no config section {'.'.join(parts[:i + 1])!r}{_stale(key, value)}")
     node = node[part]
   if parts[-1] not in node:
-    raise ValueError(f"{where}: {base} has no field {key!r}")
+    raise ValueError(f"{where}: {base} has no field {key!r}{_stale(key, value)}")
   if value is None:
     raise ValueError(f"{where}: None cannot be passed as a flag; give a value")
   trial = ml_collections.ConfigDict(node.to_dict())
@@ -112,6 +112,16 @@ def _check_field(config: ml_collections.ConfigDict, base: str, key: str, value: 
     trial[parts[-1]] = tuple(value) if isinstance(value, list) else value
   except TypeError as exc:
     raise ValueError(f"{where}: value {value!r} does not fit {key!r}: {exc}") from None
+  if isinstance(value, str) and _stale(key, value):
+    raise ValueError(f"{where}: value {value!r} of {key!r}{_stale(key, value)}")
+
+
+def _stale(key: str, value: Any) -> str:
+  """"; loss.sdar_coef is now sdar.coef" for a key of the single-section layout, else ""."""
+  from agentopd_jax.training.config import stale_key  # the run config's modules: only on this error
+
+  message = stale_key(key, value if isinstance(value, str) else None) or stale_key(key.split(".")[0])
+  return f"; {message}" if message else ""
 
 
 def _name_part(key: str, value: Any, keys: Sequence[str]) -> str:

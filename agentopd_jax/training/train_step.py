@@ -29,7 +29,7 @@ import agentopd_jax.methods  # noqa: F401  registers the methods' objectives
 from agentopd_jax.models import transformer
 from agentopd_jax.models.config import ModelConfig
 from agentopd_jax.objectives.losses import normalizer_for
-from agentopd_jax.objectives.registry import LossConfig, get_objective
+from agentopd_jax.objectives.registry import LossParams, get_objective
 from agentopd_jax.parallel import distributed
 from agentopd_jax.scoring.fused import ScoreConfig, score
 
@@ -120,9 +120,10 @@ def minibatch_sharding(mesh: Mesh, batch: TrainBatch):
   return jax.tree.map(lambda x: NamedSharding(mesh, P(None, ("data", "fsdp"), *([None] * (x.ndim - 2)))), batch)
 
 
-def make_train_step(model: ModelConfig, loss_cfg: LossConfig, optimizer: optax.GradientTransformation,
+def make_train_step(model: ModelConfig, loss: LossParams, optimizer: optax.GradientTransformation,
                     mesh: Optional[Mesh] = None, with_reference: bool = False, temperature: float = 1.0):
-  """The jitted step for one (model, loss, optimizer) triple; the state argument is donated.
+  """The jitted step for one (model, loss, optimizer) triple; the state argument is donated. `loss` names the
+  objective and holds what its functions read (the `loss` core and the method's config group), static under jit.
 
   `temperature` is the rollout temperature: every branch is scored under logits / temperature, the policy the
   sampler drew from (as verl's actor and reference do), so the first PPO ratio of an iteration is 1. SFT uses 1.
@@ -131,23 +132,23 @@ def make_train_step(model: ModelConfig, loss_cfg: LossConfig, optimizer: optax.G
   Agentic-OPD) needs `teacher_params`: the resident teacher is not part of the state, since the scheduler swaps it
   between steps and it is never trained or checkpointed with the student.
   """
-  objective = get_objective(loss_cfg.objective)
-  score_cfg = objective.score_config(loss_cfg, ScoreConfig(temperature=temperature))
+  objective = get_objective(loss.objective)
+  score_cfg = objective.score_config(loss, ScoreConfig(temperature=temperature))
   if score_cfg.reference and not with_reference:
-    raise ValueError(f"objective {loss_cfg.objective!r} with kl_coef={loss_cfg.kl_coef} needs reference params")
+    raise ValueError(f"objective {loss.objective!r} with loss.kl_coef={loss.core.kl_coef} needs reference params")
   needs_teacher = score_cfg.teacher == "params"
 
   def micro_loss(params, reference_params, teacher_params, micro: TrainBatch, norm):
     scores = score(model, score_cfg, params, reference_params if score_cfg.reference else None, teacher_params,
                    micro.score_batch())
-    return objective.loss(scores, micro, loss_cfg, norm)
+    return objective.loss(scores, micro, loss, norm)
 
   grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
 
   def step(state: TrainState, minibatch: TrainBatch, teacher_params=None):
     width = minibatch.loss_mask.shape[-1]
     norm = normalizer_for(minibatch.loss_mask.reshape(-1, width), minibatch.segment_ids.reshape(-1, width),
-                          loss_cfg.loss_scale_factor)
+                          loss.core.loss_scale_factor)
 
     def body(carry, micro):
       grads, metrics = carry
@@ -175,7 +176,7 @@ def make_train_step(model: ModelConfig, loss_cfg: LossConfig, optimizer: optax.G
     `.lower(...)` lowers the same call ahead of time (benchmarks compile it once and time the compiled step)."""
     def args(state, minibatch, teacher_params):
       if needs_teacher and teacher_params is None:
-        raise ValueError(f"objective {loss_cfg.objective!r} scores a teacher: pass teacher_params to the step")
+        raise ValueError(f"objective {loss.objective!r} scores a teacher: pass teacher_params to the step")
       return state, place(minibatch), teacher_params if needs_teacher else None
 
     def call(state: TrainState, minibatch: TrainBatch, teacher_params=None):

@@ -68,6 +68,7 @@ class Trainer:
         train_engine=parts.train_engine, train_sampling=s,
         scoring={"temperature": s.temperature, "pack_width": self.cfg.pack_width,
                  "rows_per_call": self.cfg.grpo.micro_batch_size, "mesh": parts.local_mesh},
+        loss=parts.loss,
         play_panel=self.play_panel, validation_stream=VALIDATION_STREAM, log=parts.log, workdir=parts.workdir,
         primary=parts.primary)
     for m in self.methods:
@@ -235,7 +236,7 @@ class Trainer:
                                     cfg.pack_width, distill_weights=distill_weights, mesh=p.local_mesh,
                                     teacher=teacher, agree=distributed.shape_agreement()) if anywhere else [])
     if p.objective.prepare is not None:
-      minibatches = [p.objective.prepare(b, cfg.loss, iteration) for b in minibatches]
+      minibatches = [p.objective.prepare(b, p.loss, iteration) for b in minibatches]
     teacher_params = next((q for q in (m.teacher_params() for m in self.methods) if q is not None), None)
     t2 = time.perf_counter()
     updates = []

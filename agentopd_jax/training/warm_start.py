@@ -12,7 +12,7 @@ import numpy as np
 from agentopd_jax import faults
 from agentopd_jax.batching.samples import Sample
 from agentopd_jax.envs import registry
-from agentopd_jax.objectives.registry import LossConfig
+from agentopd_jax.objectives.registry import LossParams
 from agentopd_jax.parallel import distributed
 from agentopd_jax.rollout.demonstrations import demonstration_samples
 from agentopd_jax.skills.context import SkillContext
@@ -40,7 +40,7 @@ def sft(parts: RunParts):
   # The run's AdamW (weight decay, clipping, betas) with the warm start's own rate and schedule.
   optimizer = make_optimizer(dataclasses.replace(cfg.optim, learning_rate=s.learning_rate,
                                                  warmup_steps=s.warmup_steps, decay_steps=decay, final_lr_ratio=0.1))
-  step_fn = make_train_step(parts.model, LossConfig(objective="sft"), optimizer, parts.mesh)
+  step_fn = make_train_step(parts.model, LossParams("sft"), optimizer, parts.mesh)
   state = init_state(jax.tree.map(jnp.copy, parts.init_params), optimizer, mesh=parts.mesh, model=parts.model)
   bad_updates = BadUpdates(cfg.optim.max_bad_updates)
   rng = np.random.default_rng([base_seed(cfg), 7])

@@ -27,15 +27,15 @@ def get_config():
   s.root = "runs/sweeps/forgetting_opd"
   s.seeds = (0, 1, 2)
   s.overrides = {
-      "opd": {"teacher_run": POOL, "student_step": "latest"},
-      "warm_start_run": POOL, "warm_start_step": "latest",   # continued GRPO's start; Agentic-OPD reads opd.*
+      "agentic_opd": {"teacher_run": POOL, "student_step": "latest"},
+      "warm_start_run": POOL, "warm_start_step": "latest",   # continued GRPO's start; Agentic-OPD reads agentic_opd.*
       "grpo": {"iterations": 8},
       "validation": {"every": 4},
   }
   s.zip = {
       "method": ["agentic_opd", "agentic_opd", "agentic_opd", "grpo"],
-      "loss": {"objective": ["agentic_opd", "agentic_opd", "agentic_opd", "grpo"]},
-      "opd": {"scheduler": ["hcn", "static_best", "hcn", "hcn"], "lad": ["group_rates", "group_rates", "off", "off"]},
+      "agentic_opd": {"scheduler": ["hcn", "static_best", "hcn", "hcn"],
+                      "lad": ["group_rates", "group_rates", "off", "off"]},
   }
   s.zip_labels = ("hcn_lad", "static_best", "hcn_no_lad", "continued_grpo")
   return s

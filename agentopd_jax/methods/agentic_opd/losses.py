@@ -6,8 +6,8 @@ run, scored on the student's own rollouts (`scoring.fused`, teacher mode "params
   * `topk_reverse_kl` — the live code ("Student Top-k OPD", `core_opd.topk_reverse_kl_per_teacher`): a reverse KL on
     the student's top-k support, both distributions renormalised there. Dense (k tokens per position), low variance.
     The reference takes the top-k ids from π_old (its log-prob pass before the update); here the train step's own
-    scoring takes them from the live policy, which is π_old because the objective runs only under the Agentic-OPD
-    trainer, one optimizer step per batch (`training.config.RunConfig` rejects any other trainer).
+    scoring takes them from the live policy, which is π_old on the first optimizer step of a batch (every step with
+    `agentic_opd.whole_batch_update`, as the authors' trainer takes).
   * `sampled_token_opd_advantage` — the documented/older variant (`core_opd.combine_opd_and_task_advantages`): the
     teacher−student log-prob gap of the sampled token, used as the PPO advantage (`ppo_dual_clip_loss`).
 
@@ -19,12 +19,13 @@ routes every loss token
 
 `agentic_opd_loss` assembles the objective registered as "agentic_opd" (see `objectives.registry`):
 
-  L = opd_loss_coef · agg(d_t · ℓ_OPD,t) + PPO-clip(A_GRPO · s_t) − entropy_coef · agg(H)
+  L = loss_coef · agg(d_t · ℓ_OPD,t) + PPO-clip(A_GRPO · s_t) − entropy_coef · agg(H)
   s_t = task_loss_coef + [lad_other == "grpo"] · pg_loss_coef · (1 − d_t)
 
-with d_t the routing weight. Aggregation uses the mini-batch `Normalizer` of the *loss* mask, so the OPD term is
-Σ_j m_j ℓ_OPD(τ_j) / Σ_j |τ_j|_gen as in methods.md §2.1 (not a mean over routed tokens only), and micro-batch losses
-add up exactly to the mini-batch loss. The objective registers itself in `objectives.registry` when this module is
+with d_t the routing weight, loss_coef, task_loss_coef and lad_other the `agentic_opd` group's
+(`LossParams.method`), pg_loss_coef and entropy_coef the `loss` core's. Aggregation uses the mini-batch `Normalizer`
+of the *loss* mask, so the OPD term is Σ_j m_j ℓ_OPD(τ_j) / Σ_j |τ_j|_gen as in methods.md §2.1 (not a mean over
+routed tokens only), and micro-batch losses add up exactly to the mini-batch loss. The objective registers itself in `objectives.registry` when this module is
 imported (`agentopd_jax.methods` imports it).
 """
 from __future__ import annotations
@@ -38,7 +39,8 @@ import jax.numpy as jnp
 from agentopd_jax.batching.collate import TrainBatch
 from agentopd_jax.objectives.losses import (Normalizer, add_entropy_bonus, agg_loss, clamp, ppo_dual_clip_loss,
                                             require_score, token_share, topk_log_dists)
-from agentopd_jax.objectives.registry import OPD_VARIANTS, LossConfig, Objective, register_objective
+from agentopd_jax.methods.agentic_opd.config import OPD_VARIANTS, AgenticOpdConfig
+from agentopd_jax.objectives.registry import LossParams, Objective, register_objective
 from agentopd_jax.scoring.fused import Scores
 
 LAD_MODES = ("solved_sets", "group_rates")
@@ -104,7 +106,7 @@ def opd_policy_loss(logprobs: jnp.ndarray, old_logprobs: jnp.ndarray, opd_advant
   """The sampled-token variant as a PPO loss: `ppo_dual_clip_loss` with A = A^OPD (+ A_task), per token.
 
   The advantages are added *before* the clip, as the reference code does (`combine_opd_and_task_advantages`), so
-  this is not the sum of two separate PPO terms. Scale them beforehand (opd_loss_coef, routing, task_loss_coef).
+  this is not the sum of two separate PPO terms. Scale them beforehand (loss_coef, routing, task_loss_coef).
   Returns `losses.PolicyLossTerms`.
   """
   advantages = opd_advantages if task_advantages is None else opd_advantages + task_advantages
@@ -167,16 +169,16 @@ def problem_success_rates(won: jnp.ndarray, problem_ids_int: jnp.ndarray, num_pr
 # ---------------------------------------------------------------- the objective
 
 
-def agentic_opd_loss(scores: Scores, batch: TrainBatch, cfg: LossConfig,
+def agentic_opd_loss(scores: Scores, batch: TrainBatch, params: LossParams,
                      norm: Normalizer) -> Tuple[jnp.ndarray, Metrics]:
   """Agentic-OPD actor loss over one micro-batch (methods.md §2.1), d_t = `batch.distill_mask` (1 on every loss
   token when None), s_t = task_loss_coef + [lad_other == "grpo"] · pg_loss_coef · (1 − d_t):
 
-    topk_reverse_kl:  L = opd_loss_coef · agg(d_t · ℓ_t) + agg(PPO-clip(ρ, A_GRPO · s_t)) − entropy_coef · agg(H)
-    sampled_token:    L = agg(PPO-clip(ρ, opd_loss_coef · d_t · A^OPD_t + A_GRPO · s_t)) − entropy_coef · agg(H)
+    topk_reverse_kl:  L = loss_coef · agg(d_t · ℓ_t) + agg(PPO-clip(ρ, A_GRPO · s_t)) − entropy_coef · agg(H)
+    sampled_token:    L = agg(PPO-clip(ρ, loss_coef · d_t · A^OPD_t + A_GRPO · s_t)) − entropy_coef · agg(H)
 
   The PPO term is traced only when some s_t can be non-zero; with task_loss_coef = 0 and lad_other = "none" the
-  top-k loss is exactly opd_loss_coef · agg(d·ℓ) (− the entropy bonus). A^OPD uses the current student log-probs
+  top-k loss is exactly loss_coef · agg(d·ℓ) (− the entropy bonus). A^OPD uses the current student log-probs
   (stop-gradient): with one on-policy update per step (the reference setting) that is π_old, without the sampler's
   numerical drift. ρ = π_θ / π_old with π_old = `batch.old_logprobs`, as in `grpo_loss`.
 
@@ -190,69 +192,75 @@ def agentic_opd_loss(scores: Scores, batch: TrainBatch, cfg: LossConfig,
   (share of rows with a routed token, over the rows holding a sample), entropy; with a PPO term also
   task_loss (top-k variant), pg_clipfrac and ppo_kl.
   """
+  cfg, core = params.method, params.core
   mask = batch.loss_mask.astype(jnp.float32)
   on = (mask > 0).astype(jnp.float32)
   routed = on if batch.distill_mask is None else batch.distill_mask.astype(jnp.float32) * on
   logprobs = require_score(scores.policy_logprobs, "policy_logprobs", "agentic_opd")
   task_scale = jnp.full_like(mask, cfg.task_loss_coef)
   if cfg.lad_other == "grpo":
-    task_scale = task_scale + cfg.pg_loss_coef * (1.0 - routed)
-  with_task = cfg.task_loss_coef > 0.0 or (cfg.lad_other == "grpo" and cfg.pg_loss_coef > 0.0)
+    task_scale = task_scale + core.pg_loss_coef * (1.0 - routed)
+  with_task = cfg.task_loss_coef > 0.0 or (cfg.lad_other == "grpo" and core.pg_loss_coef > 0.0)
 
   metrics: Metrics = {
       "lad_routed_frac": token_share(routed, mask, norm),
       "lad_routed_rollouts": jnp.sum((jnp.sum(routed, axis=-1) > 0).astype(jnp.float32)) / norm.sequences,
   }
-  if cfg.opd_variant == "topk_reverse_kl":
+  if cfg.variant == "topk_reverse_kl":
     student = require_score(scores.policy_topk_logprobs, "policy_topk_logprobs", "agentic_opd (topk_reverse_kl)")
     teacher = require_score(scores.teacher_topk_logprobs, "teacher_topk_logprobs", "agentic_opd (topk_reverse_kl)")
-    if student.shape[-1] != cfg.opd_top_k:
-      raise ValueError(f"agentic_opd: scores carry top-{student.shape[-1]} log-probs but opd_top_k={cfg.opd_top_k}")
-    clamp = cfg.opd_max_abs_log_ratio if cfg.opd_max_abs_log_ratio > 0 else None
+    if student.shape[-1] != cfg.top_k:
+      raise ValueError(f"agentic_opd: scores carry top-{student.shape[-1]} log-probs but "
+                       f"agentic_opd.top_k={cfg.top_k}")
+    clamp = cfg.max_abs_log_ratio if cfg.max_abs_log_ratio > 0 else None
     per_token = topk_reverse_kl(student, teacher, mask, clamp)
-    opd_loss = agg_loss(per_token * routed, mask, cfg.loss_agg_mode, norm)
-    loss = cfg.opd_loss_coef * opd_loss
+    opd_loss = agg_loss(per_token * routed, mask, core.loss_agg_mode, norm)
+    loss = cfg.loss_coef * opd_loss
     metrics["opd_loss"] = opd_loss
     metrics["opd_reverse_kl"] = token_share(per_token, mask, norm)
     if with_task:
       terms = ppo_dual_clip_loss(logprobs, batch.old_logprobs, batch.advantages * task_scale, mask,
-                                 cfg.clip_ratio_low, cfg.clip_ratio_high, cfg.clip_ratio_c)
-      task_loss = agg_loss(terms.loss, mask, cfg.loss_agg_mode, norm)
+                                 core.clip_ratio_low, core.clip_ratio_high, core.clip_ratio_c)
+      task_loss = agg_loss(terms.loss, mask, core.loss_agg_mode, norm)
       loss = loss + task_loss
       metrics.update(task_loss=task_loss, pg_clipfrac=token_share(terms.clipped, mask, norm),
                      ppo_kl=token_share(terms.approx_kl, mask, norm))
-  elif cfg.opd_variant == "sampled_token":
+  elif cfg.variant == "sampled_token":
     teacher_lp = require_score(scores.teacher_logprobs, "teacher_logprobs", "agentic_opd (sampled_token)")
     a_opd = sampled_token_opd_advantage(teacher_lp, logprobs, mask)
     task_adv = batch.advantages * task_scale if with_task else None
-    terms = opd_policy_loss(logprobs, batch.old_logprobs, cfg.opd_loss_coef * routed * a_opd, mask,
-                            cfg.clip_ratio_low, cfg.clip_ratio_high, cfg.clip_ratio_c, task_advantages=task_adv)
-    loss = agg_loss(terms.loss, mask, cfg.loss_agg_mode, norm)
+    terms = opd_policy_loss(logprobs, batch.old_logprobs, cfg.loss_coef * routed * a_opd, mask,
+                            core.clip_ratio_low, core.clip_ratio_high, core.clip_ratio_c, task_advantages=task_adv)
+    loss = agg_loss(terms.loss, mask, core.loss_agg_mode, norm)
     metrics.update(opd_loss=loss, opd_reverse_kl=token_share(-a_opd, mask, norm),
                    pg_clipfrac=token_share(terms.clipped, mask, norm), ppo_kl=token_share(terms.approx_kl, mask, norm))
   else:
-    raise ValueError(f"agentic_opd: opd_variant must be one of {OPD_VARIANTS}, got {cfg.opd_variant!r}")
+    raise ValueError(f"agentic_opd.variant must be one of {OPD_VARIANTS}, got {cfg.variant!r}")
 
-  loss = add_entropy_bonus(loss, metrics, scores.policy_entropy, cfg.entropy_coef, mask, cfg.loss_agg_mode, norm)
+  loss = add_entropy_bonus(loss, metrics, scores.policy_entropy, core.entropy_coef, mask, core.loss_agg_mode, norm)
   return loss, metrics
 
 
-def agentic_opd_branches(cfg: LossConfig) -> Dict[str, object]:
-  """Policy + entropy; the checkpoint teacher as a parameter pytree; the policy's top-k ids (k = opd_top_k) only
-  for the top-k variant (the sampled-token variant reads the sampled token's teacher log-prob alone); no reference
-  (the reference code's KL term is off, and the teacher is a separate branch here, not the reference slot)."""
-  top_k = cfg.opd_top_k if cfg.opd_variant == "topk_reverse_kl" else 0
+def agentic_opd_branches(params: LossParams) -> Dict[str, object]:
+  """Policy + entropy; the checkpoint teacher as a parameter pytree; the policy's top-k ids (k = agentic_opd.top_k)
+  only for the top-k variant (the sampled-token variant reads the sampled token's teacher log-prob alone); no
+  reference (the reference code's KL term is off, and the teacher is a separate branch here, not the reference
+  slot)."""
+  cfg = params.method
+  top_k = cfg.top_k if cfg.variant == "topk_reverse_kl" else 0
   return dict(policy=True, reference=False, teacher="params", top_k=top_k, entropy=True)
 
 
-def agentic_opd_check(cfg: LossConfig) -> None:
-  if cfg.kl_coef != 0.0:
+def agentic_opd_check(params: LossParams) -> None:
+  cfg = params.method
+  if params.core.kl_coef != 0.0:
     raise ValueError("objective 'agentic_opd' has no KL-to-reference term (off in the reference code): "
-                     "LossConfig.kl_coef must be 0")
-  if cfg.opd_variant == "topk_reverse_kl" and cfg.opd_top_k < 2:
-    raise ValueError(f"agentic_opd: opd_top_k={cfg.opd_top_k} renormalises to a point mass (the top-k reverse KL is "
-                     "identically 0); use opd_top_k >= 2")
+                     "loss.kl_coef must be 0")
+  if cfg.variant == "topk_reverse_kl" and cfg.top_k < 2:
+    raise ValueError(f"agentic_opd.top_k={cfg.top_k} renormalises to a point mass (the top-k reverse KL is "
+                     "identically 0); use agentic_opd.top_k >= 2")
 
 
 register_objective("agentic_opd", Objective(name="agentic_opd", loss_fn=agentic_opd_loss,
-                                            branches=agentic_opd_branches, check=agentic_opd_check))
+                                            branches=agentic_opd_branches, check=agentic_opd_check,
+                                            group=AgenticOpdConfig))

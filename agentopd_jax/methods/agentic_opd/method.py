@@ -1,17 +1,18 @@
 """Agentic-OPD: distil the checkpoints a GRPO run discarded back into its best one (research/methods.md §2.2).
 
-  start   student = the best-validation checkpoint of the GRPO run in `opd.teacher_run`; teachers = its other
-          checkpoints, each with the solved set Q_i of its recorded validation outcomes (`pool`; a checkpoint without
-          a record is played on the validation panel once, `evaluate_checkpoint`). At the student's first validation
-          the scheduler (`opd.scheduler`, HCN v3 by default, `hcn`) picks a teacher, which becomes the one resident
-          teacher (`resident`).
-  each    LAD (`opd.lad="group_rates"`) rolls the teacher out on the iteration's tasks too and routes only the
-  step    student's *lost* rollouts of tasks where the teacher's group success rate beats the student's; the
+  start   student = the best-validation checkpoint of the GRPO run in `agentic_opd.teacher_run`; teachers = its
+          other checkpoints, each with the solved set Q_i of its recorded validation outcomes (`pool`; a checkpoint
+          without a record is played on the validation panel once, `evaluate_checkpoint`). At the student's first
+          validation the scheduler (`agentic_opd.scheduler`, HCN v3 by default, `hcn`) picks a teacher, which
+          becomes the one resident teacher (`resident`).
+  each    LAD (`agentic_opd.lad="group_rates"`) rolls the teacher out on the iteration's tasks too and routes only
+  step    the student's *lost* rollouts of tasks where the teacher's group success rate beats the student's; the
           `agentic_opd` objective (top-k reverse KL on the routed tokens, `losses`) scores the teacher in the train
           step's fused scoring call. Like every method it takes `grpo.mini_batch_size` mini-batches; with
-          `opd.whole_batch_update` it takes one optimizer step over the whole batch, as the authors' trainer does.
-  every   after a student validation, every `opd.selection_interval` iterations, re-select the teacher with the
-  N       student's outcomes P_t and hot-swap it.
+          `agentic_opd.whole_batch_update` it takes one optimizer step over the whole batch, as the authors'
+          trainer does.
+  every   after a student validation, every `agentic_opd.selection_interval` iterations, re-select the teacher
+  N       with the student's outcomes P_t and hot-swap it.
 
 Why LAD compares group success rates rather than the solved sets Q_i − P_t: those sets are over the validation
 panel, and the student trains on training tasks, which no checkpoint's record covers. The teacher's own rollouts
@@ -51,25 +52,46 @@ TEACHER_ROLLOUT_STREAM = 2 * 10**6  # fold_in offset of the teacher's LAD rollou
 
 class AgenticOpd(Method):
   name = "agentic_opd"
-  sections = ("opd",)
+  objective = "agentic_opd"
+  group = "agentic_opd"
+  takes_addons = False         # its loss distils a checkpoint teacher; nothing shifts its advantages
+  sections = ("agentic_opd",)
   provides = frozenset({"distill_weights", "teacher_params", "initial_params"})
   log_phases = ("opd",)
+  paper_variants = False       # its variant distils the CPU default's GRPO run
 
-  def __init__(self, opd_cfg):
-    self.cfg = opd_cfg
+  def __init__(self, cfg):
+    self.cfg = cfg
     self.teacher = None
     self.switches = 0
+
+  @staticmethod
+  def preset(c, paper: bool):
+    """Agentic-OPD (methods.md §2.3) on top of a run config: the student and teachers come from
+    `agentic_opd.teacher_run` (that config's default GRPO run), so no SFT; pure top-k reverse-KL OPD (the group's
+    loss defaults are the authors': task_loss_coef 0, k = 16, no KL), G = 4 rollouts per task, 8 tasks per
+    iteration. The workdir is `runs/<env>_agentic_opd`."""
+    del paper
+    c.method = "agentic_opd"
+    c.agentic_opd.teacher_run = c.workdir
+    c.workdir = f"runs/{c.env.name}_agentic_opd"
+    c.sft.steps = 0
+    c.grpo.group_size = 4
+    c.grpo.tasks_per_iteration = 8
+    return c
 
   def start(self, ctx: MethodContext) -> None:
     o = self.cfg
     if not (Path(o.teacher_run) / "checkpoints").is_dir():
-      raise ValueError(f"opd.teacher_run: no GRPO run at {o.teacher_run} (expected {o.teacher_run}/checkpoints); run "
-                       f"`python experiments/train.py --config=configs/{ctx.env_name}.py` first or point it at one")
+      raise ValueError(f"agentic_opd.teacher_run: no GRPO run at {o.teacher_run} (expected "
+                       f"{o.teacher_run}/checkpoints); run `python experiments/train.py "
+                       f"--config=configs/{ctx.env_name}.py` first or point it at one")
     self.ctx = ctx
     self.pool = build_teacher_pool(o.teacher_run, o.student_step, o.prune_dominated, o.solved_rule,
                                    evaluate=self.evaluate_checkpoint)
     if not self.pool.teachers:
-      raise ValueError(f"opd.teacher_run: {o.teacher_run} has no checkpoint besides the student; nothing to distil")
+      raise ValueError(f"agentic_opd.teacher_run: {o.teacher_run} has no checkpoint besides the student; nothing "
+                       "to distil")
     teachers = [Teacher(name=t.name, step=t.step, solved=t.solved) for t in self.pool.teachers]
     self.scheduler = make_scheduler(o.scheduler, teachers, self.pool.problems)
     self.teacher = ResidentTeacher(Path(o.teacher_run) / "checkpoints", ctx.abstract_params)
@@ -111,7 +133,7 @@ class AgenticOpd(Method):
         "opd/teacher_step": float(self.teacher.step), "time/lad_s": time.perf_counter() - t0})
 
   def routing(self, it: Iteration) -> np.ndarray:
-    """[N] 0/1 LAD routing of the student's step samples (all ones with `opd.lad="off"`)."""
+    """[N] 0/1 LAD routing of the student's step samples (all ones with `agentic_opd.lad="off"`)."""
     samples = it.samples
     if self.cfg.lad == "off":
       return np.ones(len(samples), np.float32)
@@ -130,7 +152,7 @@ class AgenticOpd(Method):
     return np.asarray(mask)
 
   def minibatch_size(self, it: Iteration):
-    """With `opd.whole_batch_update`: the whole batch (every process padded to the largest share), one step."""
+    """With `agentic_opd.whole_batch_update`: the whole batch (every process padded to the largest share), one step."""
     if not self.cfg.whole_batch_update:
       return None
     return round_up(max(distributed.allgather(len(it.samples))), self.ctx.micro_batch_size)
@@ -139,8 +161,8 @@ class AgenticOpd(Method):
     return self.teacher.params
 
   def after_validation(self, outcomes, iteration: int) -> None:
-    """Every `opd.selection_interval` iterations (step 0 included): re-select with the student's latest outcomes and
-    swap the resident teacher if it changed."""
+    """Every `agentic_opd.selection_interval` iterations (step 0 included): re-select with the student's latest
+    outcomes and swap the resident teacher if it changed."""
     if iteration % self.cfg.selection_interval:
       return
     solved = solved_set(outcomes, self.cfg.solved_rule)

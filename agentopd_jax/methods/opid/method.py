@@ -4,7 +4,8 @@ After each rollout an analyzer (`opid.analyzer`: an LLM through an OpenAI-compat
 reads the batch's finished trajectories on a worker thread while the loop computes GRPO's advantages; it writes an
 episode skill and critical-step skills. The rollout-time policy then re-scores each completion with and without its
 skill in the prompt, and the log-prob shift, weighted by `opid.w_episode`/`w_step`, is added to the episode
-advantage (`methods.opid.hindsight`). It stacks on any method that does not set the advantages itself (`sdar+opid`).
+advantage (`methods.opid.hindsight`), whichever estimator `grpo.advantage` names. An add-on: it stacks on any
+primary method that does not set the advantages itself (`sdar+opid`); `opid` alone is GRPO with it.
 """
 from __future__ import annotations
 
@@ -23,6 +24,22 @@ class Opid(Method):
     self.cfg = opid_cfg
     self.hindsight = None
     self.analysis = None
+
+  @staticmethod
+  def preset(c, paper: bool):
+    """OPID (methods.md §3.3) added to a run config's method: GRPO's episode advantage plus the skill shift (w_ep =
+    w_step = 0.001, step_priority routing). On CPU the offline oracle analyzer; on the paper setting an
+    OpenAI-compatible one (the authors' fallback model; point opid.base_url/analyzer_model at yours) and the scripts'
+    advantage mode: mean_norm for Qwen3 and where the env config's `opid.paper_mode` says so (WebShop), mean_std_norm
+    otherwise. The workdir gets "_opid"."""
+    c.method = "opid" if c.method == "grpo" else f"{c.method}+opid"
+    c.workdir = f"{c.workdir}_opid"
+    mean_norm = paper and (c.opid.paper_mode == "mean_norm" or c.model.preset.startswith("qwen3"))
+    c.grpo.advantage = "grpo_mean_norm" if mean_norm else "grpo"
+    if paper:
+      c.opid.analyzer = "openai"
+      c.opid.analyzer_model = "gemini-2.5-flash"
+    return c
 
   def start(self, ctx: MethodContext) -> None:
     if ctx.layout != "step":

@@ -7,14 +7,14 @@ batch before the update (`scoring.teacher_signals`), so its outputs are constant
 policy's `Scores.policy_gathered_logprobs`. `Scores.teacher_*` (a checkpoint teacher scored per micro-batch) is
 never read here, and every objective runs GRPO's branches: no teacher forward per micro-batch.
 
-  sdar        L = pg_loss_coef·L_GRPO − c_ent·H + β_KL·KL + sdar_coef·L_SDAR   (gated self-distillation)
-  grpo_opsd   sdar with gate_beta = 0, so g ≡ ½: the ungated OPSD term added to GRPO
+  sdar        L = pg_loss_coef·L_GRPO − c_ent·H + β_KL·KL + sdar.coef·L_SDAR   (gated self-distillation)
+  grpo_opsd   sdar with sdar.gate_beta = 0, so g ≡ ½: the ungated OPSD term added to GRPO
   opsd        sdar with pg_loss_coef = 0: the gated OPSD term alone (+ KL, entropy)
   rlsd        GRPO with teacher-reweighted advantages (`rlsd_advantages`, applied host-side by `rlsd_prepare`)
-  skill_sd    L_GRPO + skill_sd_coef·agg(ρ_on·k3)
-  skill_grpo  GRPO with the skills in the student's own prompt (the rollout's side: `Objective.student_skills`)
+  skill_sd    L_GRPO + skill_sd.coef·agg(ρ_on·k3)
 
-Metrics are micro-batch contributions (see `objectives.registry`).
+Each reads the `loss` core from `params.core` and its own config group (`methods.sdar.config`) from `params.method`:
+`sdar` for the first three, `rlsd`, `skill_sd`. Metrics are micro-batch contributions (see `objectives.registry`).
 """
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ import numpy as np
 
 from agentopd_jax.batching.collate import TrainBatch
 from agentopd_jax.objectives.losses import Normalizer, agg_loss, clamp, require_score, token_share, topk_log_dists
-from agentopd_jax.objectives.registry import (SDAR_GATES, LossConfig, Metrics, Objective, grpo_branches, grpo_loss,
+from agentopd_jax.methods.sdar.config import SDAR_GATES, RlsdConfig, SdarConfig, SkillSdConfig
+from agentopd_jax.objectives.registry import (LossParams, Metrics, Objective, grpo_branches, grpo_loss,
                                               register_objective)
 from agentopd_jax.scoring.fused import Scores
 
@@ -120,78 +121,83 @@ def topk_jsd(policy_topk_logprobs: jnp.ndarray, teacher_topk_logprobs: jnp.ndarr
 # ---------------------------------------------------------------- SDAR and its ablation baselines
 
 
-def sdar_loss(scores: Scores, batch: TrainBatch, cfg: LossConfig, norm: Normalizer) -> Tuple[jnp.ndarray, Metrics]:
+def sdar_loss(scores: Scores, batch: TrainBatch, params: LossParams,
+              norm: Normalizer) -> Tuple[jnp.ndarray, Metrics]:
   """SDAR actor loss over one micro-batch (methods.md §4.1; GRPO's advantages untouched by the teacher):
 
     L = pg_loss_coef·L_GRPO − c_ent·H + β_KL·KL(π_θ ‖ π_ref) + λ·L_SDAR,   L_SDAR = agg(g_t·ℓ_t)
 
-  λ = sdar_coef, g_t = `sdar_gate` (β = gate_beta), ℓ_t by sdar_divergence: `sampled_reverse_kl` (default, the
-  released code), `topk_forward_kl` or `topk_jsd` over the teacher's top-k (paper ablations). Δ_t uses the live
+  λ = sdar.coef, g_t = `sdar_gate` (β = sdar.gate_beta, kind sdar.gate), ℓ_t by sdar.divergence:
+  `sampled_reverse_kl` (default, the released code), `topk_forward_kl` or `topk_jsd` over the teacher's top-k (paper
+  ablations). Δ_t uses the live
   policy log-prob, as in the reference's micro-batch loop.
 
   Metrics (contributions): GRPO's, plus sdar/loss (L_SDAR before λ), sdar/gate_mean, sdar/gate_active_ratio (share of
   loss tokens with g > ½), sdar/teacher_gap_mean (mean Δ_t, live θ).
   """
+  cfg = params.method
   mask = batch.loss_mask.astype(jnp.float32)
-  why = f"objective {cfg.objective!r}"
+  why = f"objective {params.objective!r}"
   teacher = jax.lax.stop_gradient(require_teacher_signal(batch.teacher_logprobs, "teacher_logprobs", why))
   logprobs = require_score(scores.policy_logprobs, "policy_logprobs", why)
-  loss, metrics = grpo_loss(scores, batch, cfg, norm)
+  loss, metrics = grpo_loss(scores, batch, params, norm)
   gap = jnp.where(mask > 0, teacher - jax.lax.stop_gradient(logprobs), 0.0)
-  gate = sdar_gate(gap, scores.policy_entropy, cfg.gate_beta, cfg.sdar_gate)
-  if cfg.sdar_divergence == "reverse_kl":
+  gate = sdar_gate(gap, scores.policy_entropy, cfg.gate_beta, cfg.gate)
+  if cfg.divergence == "reverse_kl":
     per_token = sampled_reverse_kl(teacher, logprobs, mask)
   else:
-    why = f"{why} (sdar_divergence={cfg.sdar_divergence!r})"
+    why = f"{why} (sdar.divergence={cfg.divergence!r})"
     require_teacher_signal(batch.teacher_topk_ids, "teacher_topk_ids", why)
     teacher_topk = require_teacher_signal(batch.teacher_topk_logprobs, "teacher_topk_logprobs", why)
     policy_topk = require_score(scores.policy_gathered_logprobs, "policy_gathered_logprobs", why)
-    if teacher_topk.shape[-1] != cfg.distill_top_k:
+    if teacher_topk.shape[-1] != cfg.top_k:
       raise ValueError(f"{why}: the batch carries the teacher's top-{teacher_topk.shape[-1]} but "
-                       f"LossConfig.distill_top_k={cfg.distill_top_k}")
-    divergence = topk_forward_kl if cfg.sdar_divergence == "topk_forward_kl" else topk_jsd
+                       f"sdar.top_k={cfg.top_k}")
+    divergence = topk_forward_kl if cfg.divergence == "topk_forward_kl" else topk_jsd
     per_token = divergence(policy_topk, teacher_topk, mask)
-  sdar = agg_loss(gate * per_token, mask, cfg.loss_agg_mode, norm)
+  sdar = agg_loss(gate * per_token, mask, params.core.loss_agg_mode, norm)
   metrics.update({
       "sdar/loss": sdar,
       "sdar/gate_mean": token_share(gate, mask, norm),
       "sdar/gate_active_ratio": token_share((gate > 0.5).astype(jnp.float32), mask, norm),
       "sdar/teacher_gap_mean": token_share(gap, mask, norm),
   })
-  return loss + cfg.sdar_coef * sdar, metrics
+  return loss + cfg.coef * sdar, metrics
 
 
-def grpo_opsd_loss(scores: Scores, batch: TrainBatch, cfg: LossConfig, norm: Normalizer):
-  """SDAR's GRPO+OPSD baseline: `sdar_loss` with gate_beta = 0, so g ≡ ½ on every token (no gating)."""
-  return sdar_loss(scores, batch, dataclasses.replace(cfg, gate_beta=0.0), norm)
+def grpo_opsd_loss(scores: Scores, batch: TrainBatch, params: LossParams, norm: Normalizer):
+  """SDAR's GRPO+OPSD baseline: `sdar_loss` with sdar.gate_beta = 0, so g ≡ ½ on every token (no gating)."""
+  return sdar_loss(scores, batch, dataclasses.replace(params, method=dataclasses.replace(params.method, gate_beta=0.0)),
+                   norm)
 
 
-def opsd_loss(scores: Scores, batch: TrainBatch, cfg: LossConfig, norm: Normalizer):
+def opsd_loss(scores: Scores, batch: TrainBatch, params: LossParams, norm: Normalizer):
   """SDAR's OPSD baseline: `sdar_loss` with pg_loss_coef = 0 (the gated distillation term, KL and entropy only)."""
-  return sdar_loss(scores, batch, dataclasses.replace(cfg, pg_loss_coef=0.0), norm)
+  return sdar_loss(scores, batch, dataclasses.replace(params, core=dataclasses.replace(params.core, pg_loss_coef=0.0)),
+                   norm)
 
 
-def sdar_teacher_top_k(cfg: LossConfig) -> int:
-  """The sampled-token reverse KL reads only log π_T(y_t); the top-k divergences the teacher's top-distill_top_k."""
-  return 0 if cfg.sdar_divergence == "reverse_kl" else cfg.distill_top_k
+def sdar_teacher_top_k(params: LossParams) -> int:
+  """The sampled-token reverse KL reads only log π_T(y_t); the top-k divergences the teacher's top-`sdar.top_k`."""
+  return 0 if params.method.divergence == "reverse_kl" else params.method.top_k
 
 
-def sampled_token_only(cfg: LossConfig) -> int:
-  del cfg
+def sampled_token_only(params: LossParams) -> int:
+  del params
   return 0
 
 
-def _grpo_opsd_check(cfg: LossConfig) -> None:
-  if cfg.sdar_gate != "gap":
+def _grpo_opsd_check(params: LossParams) -> None:
+  if params.method.gate != "gap":
     raise ValueError(f"objective 'grpo_opsd' is SDAR without gating (β = 0, g ≡ ½), which only the gap gate gives: "
-                     f"LossConfig.sdar_gate must be 'gap', got {cfg.sdar_gate!r}")
+                     f"sdar.gate must be 'gap', got {params.method.gate!r}")
 
 
 # ---------------------------------------------------------------- RLSD
 
 
-def rlsd_lambda(cfg: LossConfig, iteration: int) -> float:
-  """RLSD's mixing weight at a 1-based GRPO iteration i, λ_0 = rlsd_lambda, W = rlsd_warmdown_steps:
+def rlsd_lambda(cfg: RlsdConfig, iteration: int) -> float:
+  """RLSD's mixing weight at a 1-based GRPO iteration i, λ_0 = rlsd.start_lambda, W = rlsd.warmdown_steps:
 
     released_code:  λ_i = λ_0 · max(0, 1 − i / W)
     from_lambda0:   λ_i = λ_0 · max(0, 1 − (i − 1) / W)
@@ -203,8 +209,8 @@ def rlsd_lambda(cfg: LossConfig, iteration: int) -> float:
   """
   if isinstance(iteration, bool) or not isinstance(iteration, (int, np.integer)) or iteration < 1:
     raise ValueError(f"rlsd_lambda: iteration is 1-based, got {iteration!r}")
-  step = iteration if cfg.rlsd_schedule == "released_code" else iteration - 1
-  return cfg.rlsd_lambda * max(0.0, 1.0 - step / cfg.rlsd_warmdown_steps)
+  step = iteration if cfg.schedule == "released_code" else iteration - 1
+  return cfg.start_lambda * max(0.0, 1.0 - step / cfg.warmdown_steps)
 
 
 def rlsd_advantages(advantages, teacher_logprobs, old_logprobs, mask, segment_ids, lam: float,
@@ -234,13 +240,14 @@ def rlsd_advantages(advantages, teacher_logprobs, old_logprobs, mask, segment_id
   return np.where(on, a_seq * ((1.0 - lam) + lam * weight), 0.0).astype(np.float32)
 
 
-def rlsd_prepare(minibatch: TrainBatch, cfg: LossConfig, iteration: int) -> TrainBatch:
-  """RLSD's host-side step: the mini-batch with `rlsd_advantages` at λ = `rlsd_lambda(cfg, iteration)` in place of
-  its GRPO advantages; the loss is then plain `grpo_loss`."""
+def rlsd_prepare(minibatch: TrainBatch, params: LossParams, iteration: int) -> TrainBatch:
+  """RLSD's host-side step: the mini-batch with `rlsd_advantages` at λ = `rlsd_lambda(params.method, iteration)` in
+  place of its GRPO advantages; the loss is then plain `grpo_loss`."""
+  cfg = params.method
   teacher = require_teacher_signal(minibatch.teacher_logprobs, "teacher_logprobs", "objective 'rlsd'")
   return minibatch.replace(advantages=rlsd_advantages(minibatch.advantages, teacher, minibatch.old_logprobs,
                                                       minibatch.loss_mask, minibatch.segment_ids,
-                                                      rlsd_lambda(cfg, iteration), cfg.rlsd_eps_w))
+                                                      rlsd_lambda(cfg, iteration), cfg.eps_w))
 
 
 # ---------------------------------------------------------------- Skill-SD
@@ -266,30 +273,29 @@ def skill_sd_per_token(policy_logprobs: jnp.ndarray, teacher_logprobs: jnp.ndarr
   return jnp.where(mask > 0, rho * k3, 0.0)
 
 
-def skill_sd_loss(scores: Scores, batch: TrainBatch, cfg: LossConfig,
+def skill_sd_loss(scores: Scores, batch: TrainBatch, params: LossParams,
                   norm: Normalizer) -> Tuple[jnp.ndarray, Metrics]:
-  """Skill-SD baseline (methods.md §4.1 table): L = L_GRPO(+ KL, entropy) + skill_sd_coef·agg(ρ_on·k3).
+  """Skill-SD baseline (methods.md §4.1 table): L = L_GRPO(+ KL, entropy) + skill_sd.coef·agg(ρ_on·k3).
   Metric skillsd/loss: agg(ρ_on·k3) before its coefficient."""
   mask = batch.loss_mask.astype(jnp.float32)
   teacher = require_teacher_signal(batch.teacher_logprobs, "teacher_logprobs", "objective 'skill_sd'")
   logprobs = require_score(scores.policy_logprobs, "policy_logprobs", "objective 'skill_sd'")
-  loss, metrics = grpo_loss(scores, batch, cfg, norm)
-  sdl = agg_loss(skill_sd_per_token(logprobs, teacher, batch.old_logprobs, mask), mask, cfg.loss_agg_mode, norm)
+  loss, metrics = grpo_loss(scores, batch, params, norm)
+  sdl = agg_loss(skill_sd_per_token(logprobs, teacher, batch.old_logprobs, mask), mask, params.core.loss_agg_mode,
+                 norm)
   metrics["skillsd/loss"] = sdl
-  return loss + cfg.skill_sd_coef * sdl, metrics
+  return loss + params.method.coef * sdl, metrics
 
 
 # ---------------------------------------------------------------- registration
 
 register_objective("sdar", Objective(name="sdar", loss_fn=sdar_loss, branches=grpo_branches,
-                                     teacher_top_k=sdar_teacher_top_k))
+                                     teacher_top_k=sdar_teacher_top_k, group=SdarConfig))
 register_objective("grpo_opsd", Objective(name="grpo_opsd", loss_fn=grpo_opsd_loss, branches=grpo_branches,
-                                          check=_grpo_opsd_check, teacher_top_k=sdar_teacher_top_k))
+                                          check=_grpo_opsd_check, teacher_top_k=sdar_teacher_top_k, group=SdarConfig))
 register_objective("opsd", Objective(name="opsd", loss_fn=opsd_loss, branches=grpo_branches,
-                                     teacher_top_k=sdar_teacher_top_k))
+                                     teacher_top_k=sdar_teacher_top_k, group=SdarConfig))
 register_objective("rlsd", Objective(name="rlsd", loss_fn=grpo_loss, branches=grpo_branches,
-                                     teacher_top_k=sampled_token_only, prepare=rlsd_prepare))
+                                     teacher_top_k=sampled_token_only, prepare=rlsd_prepare, group=RlsdConfig))
 register_objective("skill_sd", Objective(name="skill_sd", loss_fn=skill_sd_loss, branches=grpo_branches,
-                                         teacher_top_k=sampled_token_only))
-register_objective("skill_grpo", Objective(name="skill_grpo", loss_fn=grpo_loss, branches=grpo_branches,
-                                           student_skills=True))
+                                         teacher_top_k=sampled_token_only, group=SkillSdConfig))
