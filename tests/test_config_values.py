@@ -180,7 +180,7 @@ def test_the_single_section_fixture_holds_the_same_presets():
 
 @pytest.mark.parametrize("entry", ENTRIES)
 def test_upgrade_gives_the_group_values(entry):
-  """No value moved: `upgrade` of the single-section values equals the group values, value for value and type for
+  """Every value is kept: `upgrade` of the single-section values equals the group values, value for value and type for
   type (JSON type and recorded ConfigDict type)."""
   from agentopd_jax.training.config import upgrade
 

@@ -190,7 +190,7 @@ def _single_section(variant):
 ])
 def test_an_old_config_json_of_each_method_upgrades_and_builds(variant, method):
   """A run's config.json of each method, in the single-section layout, builds after `upgrade` into the same typed
-  config as the preset now gives: the method, its objective and every value of its group."""
+  config as the preset gives: the method, its objective and every value of its group."""
   old = _single_section(variant)
   cfg = from_config_dict(ml_collections.ConfigDict(upgrade(old)))
   assert cfg == from_config_dict(_config("alfworld", variant)) and cfg.method == method

@@ -13,7 +13,7 @@ from agentopd_jax.batching.collate import TrainBatch
 from agentopd_jax.methods.sdar.losses import (rlsd_advantages, rlsd_lambda, sampled_reverse_kl, sdar_gate, sdar_loss,
                                              skill_sd_per_token, topk_forward_kl, topk_jsd)
 from agentopd_jax.methods.sdar.config import RlsdConfig, SdarConfig, SkillSdConfig
-from agentopd_jax.objectives import (OBJECTIVES, LossCore, LossParams, broadcast_to_tokens, get_objective, grpo_loss,
+from agentopd_jax.objectives import (OBJECTIVES, LossCore, LossParams, broadcast_to_tokens, get_objective,
                                      normalizer_for)
 from agentopd_jax.scoring.fused import ScoreConfig, Scores
 
