@@ -170,12 +170,11 @@ def parse_method(method: str) -> Tuple[str, Tuple[str, ...]]:
   unknown = [p for p in parts if p not in METHODS]
   if unknown:
     raise ValueError(f"method: unknown method {unknown[0]!r} in {method!r}; expected {choices}")
-  first = 0 if METHODS[parts[0]].objective is not None else None
   named = [p for p in parts if METHODS[p].objective is not None]
   if len(named) > 1:
     raise ValueError(f"method: {method!r} names two primary methods ({named[0]!r} and {named[1]!r}); a run has one, "
                      f"optionally followed by add-ons {addons}")
-  if named and first is None:
+  if named and parts[0] != named[0]:
     raise ValueError(f"method: name the primary method first, then its add-ons: "
                      f"{'+'.join(named + [p for p in parts if p not in named])!r}, got {method!r}")
   primary, rest = (parts[0], parts[1:]) if named else ("grpo", parts)
