@@ -9,6 +9,8 @@ Variants (`get_config(arg)`):
                  `--config.model.path=/path/to/hf_folder`.
   agentic_opd    Agentic-OPD on the CPU default's finished GRPO run (`--config.agentic_opd.teacher_run`, default
                  runs/alfworld_cpu): its best checkpoint is the student, the others the teacher pool (HCN + LAD).
+  kl_to_best     GRPO again from that run's warm start, with a KL pull toward its best checkpoint
+                 (`--config.kl_to_best.run`, default runs/alfworld_cpu; docs/architecture.md, a new method).
   sdar, grpo_opsd, opsd, rlsd, skill_sd, skill_grpo   SDAR and its baselines (docs/sdar.md), alone on CPU or before
                  a paper model (sdar_qwen2p5_3b).
   opid           OPID (docs/opid.md): GRPO plus the hindsight-skill advantage, the oracle analyzer on CPU, an

@@ -33,7 +33,7 @@ LAYERS: Tuple[str, ...] = (
   "skills | eval",
   "methods.base",
   "methods.grpo",
-  "methods.sdar | methods.opid | methods.agentic_opd | methods.skill_grpo",
+  "methods.sdar | methods.opid | methods.agentic_opd | methods.skill_grpo | methods.kl_to_best",
   "methods",
   "training",
   "serve",

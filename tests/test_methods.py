@@ -42,6 +42,8 @@ def _config(variant: str, **overrides):
     ("skill_grpo", {"method": "skill_grpo+opid"}, ("opid", "skill_grpo")),
     ("cpu", {"method": "grpo+opid"}, ("opid", "grpo")),
     ("agentic_opd", {}, ("agentic_opd",)),
+    ("kl_to_best", {}, ("kl_to_best",)),
+    ("kl_to_best", {"method": "kl_to_best+opid"}, ("opid", "kl_to_best")),
 ])
 def test_each_config_runs_its_methods_in_hook_order(variant, overrides, names):
   cfg = _config(variant, **overrides)

@@ -2,10 +2,10 @@
 
 Each section is a frozen dataclass next to the code that reads it (`rollout.engine.RolloutConfig`,
 `training.train_step.OptimConfig`, `objectives.registry.LossCore`, the env's `EnvSpec.config`, each method's config
-group in its package: `sdar`, `rlsd`, `skill_sd`, `opid`, `agentic_opd`, ...) or, for the trainer's own sections,
-here. `RunConfig` holds one of each plus the top-level fields, and its field defaults are the CPU default run's values
-(the paper presets override them in `training.presets`). `method` names the run's methods (`method_names`): one
-primary method, which decides the objective, and optional add-ons ("sdar+opid").
+group in its package: `sdar`, `rlsd`, `skill_sd`, `opid`, `agentic_opd`, `kl_to_best`, ...) or, for the trainer's own
+sections, here. `RunConfig` holds one of each plus the top-level fields, and its field defaults are the CPU default
+run's values (the paper presets override them in `training.presets`). `method` names the run's methods
+(`method_names`): one primary method, which decides the objective, and optional add-ons ("sdar+opid").
 
   c = to_config_dict(RunConfig(env=AlfworldConfig()))   # the ConfigDict: `--config.rollout.max_steps=20` etc.
   cfg = from_config_dict(c)                              # RunConfig: every section built and checked
@@ -36,6 +36,7 @@ from agentopd_jax.models.loading import ModelSpec
 from agentopd_jax.models.tokenizer import BuiltinTokenizerConfig
 from agentopd_jax.methods import METHODS  # also registers the methods' objectives
 from agentopd_jax.methods.agentic_opd.config import AgenticOpdConfig
+from agentopd_jax.methods.kl_to_best import KlToBestConfig
 from agentopd_jax.methods.opid.config import OpidConfig
 from agentopd_jax.methods.sdar.config import RlsdConfig, SdarConfig, SkillSdConfig
 from agentopd_jax.methods.sdar.teacher import TeacherConfig
@@ -202,8 +203,9 @@ class RunConfig:
   workdir: str = "runs/cpu"
   method: str = "grpo"                 # the primary method, optionally with add-ons joined by "+": "grpo", "sdar",
                                        # "grpo_opsd", "opsd", "rlsd", "skill_sd", "skill_grpo", "agentic_opd" (distil a
-                                       # GRPO run's pool), "opid" (GRPO with OPID's shift), "sdar+opid"; the primary
-                                       # decides the objective (`METHODS[name].objective`)
+                                       # GRPO run's pool), "kl_to_best" (GRPO pulled toward a run's best checkpoint),
+                                       # "opid" (GRPO with OPID's shift), "sdar+opid"; the primary decides the
+                                       # objective (`METHODS[name].objective`)
   mesh_shape: Tuple[int, ...] = (-1, 1, 1)  # (data, fsdp, tensor)
   warm_start_run: str = ""             # a run folder: its step-0 checkpoint (the warm start) is this run's start, no
                                        # SFT (methods compared from one warm start; the model config must match)
@@ -231,6 +233,7 @@ class RunConfig:
   logging: LoggingConfig = dataclasses.field(default_factory=LoggingConfig)
   distributed: DistributedConfig = dataclasses.field(default_factory=DistributedConfig)
   agentic_opd: AgenticOpdConfig = dataclasses.field(default_factory=AgenticOpdConfig)
+  kl_to_best: KlToBestConfig = dataclasses.field(default_factory=KlToBestConfig)
 
   def __post_init__(self):
     """The checks that read more than one section."""

@@ -78,9 +78,9 @@ def select_variant(arg: str, config_file: str, cpu: Callable[[], ml_collections.
                    extra: Optional[Dict[str, Callable[[], ml_collections.ConfigDict]]] = None
                    ) -> ml_collections.ConfigDict:
   """`get_config(arg)` of an env config: "" or "cpu" -> `cpu()`, a PAPER_MODELS key -> `paper(arg)`; a method with a
-  preset (`method_variants`: SDAR and its baselines, Skill-GRPO, OPID, Agentic-OPD), alone or before a PAPER_MODELS
-  key where it has paper variants ("sdar", "sdar_qwen2p5_3b", "opid_qwen3_1p7b"), -> its `preset` on the CPU default
-  or on the paper setting; a key of `extra` -> that env config's own variant (ALFWorld's "forgetting")."""
+  preset (`method_variants`: SDAR and its baselines, Skill-GRPO, OPID, Agentic-OPD, kl_to_best), alone or before a
+  PAPER_MODELS key where it has paper variants ("sdar", "sdar_qwen2p5_3b", "opid_qwen3_1p7b"), -> its `preset` on the
+  CPU default or on the paper setting; a key of `extra` -> that env config's own variant (ALFWorld's "forgetting")."""
   variant = arg or "cpu"
   extra = extra or {}
   if variant == "cpu":
