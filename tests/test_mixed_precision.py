@@ -105,13 +105,14 @@ def test_grpo_step_in_bf16_matches_f32(grpo_runs):
   # 6.8e-4. The lower bound shows the step really computed in bf16.
   assert f32["logprob_drift"] < 1e-6
   assert 1e-4 < bf16["logprob_drift"] < 3e-3
-  # Loss 0.565901 (f32) vs 0.565808 (bf16): |diff| 9.3e-5, bound 5e-4. Grad norm 1.275944 vs 1.275936: relative
-  # 5.9e-6, bound 1e-4. Entropy 5.527705 in both (bound 1e-4).
+  # Loss 0.565901 (f32) vs 0.565808 (bf16): |diff| 9.3e-5, bound 5e-4. Grad norm 1.275944 vs 1.276398: relative
+  # 3.6e-4, bound 2e-3 (the backward pass runs in bf16 too: cotangents are rounded to bf16 before each product, as
+  # torch's bf16 autocast does; with f32 backward products it was 5.9e-6). Entropy 5.527705 in both (bound 1e-4).
   assert abs(f32["loss"] - bf16["loss"]) < 5e-4
-  np.testing.assert_allclose(bf16["grad_norm"], f32["grad_norm"], rtol=1e-4)
+  np.testing.assert_allclose(bf16["grad_norm"], f32["grad_norm"], rtol=2e-3)
   np.testing.assert_allclose(bf16["entropy"], f32["entropy"], atol=1e-4)
-  # The updates: Adam's first step is ~lr * sign(gradient), so they compare by direction. Measured: cosine 0.9959,
-  # signs agree on 99.78 % of the elements; the params then differ by at most 2 lr (a flipped sign).
+  # The updates: Adam's first step is ~lr * sign(gradient), so they compare by direction. Measured: cosine 0.9953,
+  # signs agree on 99.75 % of the elements; the params then differ by at most 2 lr (a flipped sign).
   f32_step, bf16_step = _flat_step(f32_params, before), _flat_step(bf16_params, before)
   assert f32_step @ bf16_step / np.linalg.norm(f32_step) / np.linalg.norm(bf16_step) > 0.99
   assert np.mean(np.sign(f32_step) == np.sign(bf16_step)) > 0.99

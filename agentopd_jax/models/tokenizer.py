@@ -34,6 +34,8 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from agentopd_jax import cache
+
 PAD_TOKEN = "<|endoftext|>"
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"  # Qwen instruct models stop generation on <|im_end|>, so it is our eos.
@@ -185,7 +187,7 @@ def builtin_tokenizer_dir(cache_dir: str | os.PathLike | None = None, vocab_size
 
   The cache root is ``cache_dir``, else ``$AGENTOPD_CACHE``, else ``~/.cache/agentopd_jax``.
   """
-  root = cache_dir if cache_dir is not None else os.environ.get("AGENTOPD_CACHE", "~/.cache/agentopd_jax")
+  root = cache_dir if cache_dir is not None else cache.root()
   name = f"tokenizer-{BUILTIN_VERSION}-{vocab_size}"
   if env_texts or whole_words:
     name += "-" + hashlib.sha1(json.dumps([list(env_texts), list(whole_words)]).encode()).hexdigest()[:12]

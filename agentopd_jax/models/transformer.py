@@ -8,7 +8,9 @@ same logits as unpadded rows. Attention runs through our einsum path or `jax.nn.
 attention on a GPU), as `ModelConfig.attention_impl` says; both give the same logits.
 
 Parameters carry logical axis names (see `parallel.sharding`); layers are stacked on a leading `layers` axis and
-run with `nn.scan`, so compile time does not grow with depth.
+run with `nn.scan`, so compile time does not grow with depth (on the CPU backend below f32 the scan is unrolled:
+`_layer_unroll`). Below f32 the matmuls and the no-cache attention have backward passes of their own (`matmul`,
+`blocked_attention`) that keep every product on the native bf16 kernel.
 """
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from agentopd_jax.models import matmul
+from agentopd_jax.models.blocked_attention import blocked_attention
 from agentopd_jax.models.config import ModelConfig
 from agentopd_jax.parallel import sharding as sharding_lib
 from agentopd_jax.models.rope import apply_rope, rope_angles
@@ -119,9 +123,13 @@ def _dot_product_attention(q, k, v, chunk_mask, layer_cache, cache_mask, impleme
 
 def _project(equation: str, x, kernel, dt):
   """x · kernel in the compute dtype `dt`, accumulated and returned in f32 by the matmul, then rounded to `dt`: what a
-  bf16 matmul in torch computes. (XLA's CPU backend runs a bf16 x bf16 dot fast only with an f32 result; on GPU/TPU
-  the rounding fuses into the matmul.)"""
-  return jnp.einsum(equation, x, kernel.astype(dt), preferred_element_type=jnp.float32).astype(dt)
+  bf16 matmul in torch computes. Below f32 the product and its gradients go through `matmul.matmul`, which keeps the
+  backward pass on the native bf16 kernel too (XLA's CPU backend runs a bf16 x bf16 dot fast only with an f32
+  result and its contracted dimension last on the left; on GPU/TPU the rounding fuses into the matmul)."""
+  if dt == jnp.float32:
+    return jnp.einsum(equation, x, kernel.astype(dt), preferred_element_type=jnp.float32).astype(dt)
+  lhs, rhs = equation.split("->")[0].split(",")
+  return matmul.matmul(x.astype(dt), kernel, contract=len(set(lhs) & set(rhs))).astype(dt)
 
 
 class Attention(nn.Module):
@@ -151,7 +159,9 @@ class Attention(nn.Module):
     q = apply_rope(q, cos, sin)
     k = apply_rope(k, cos, sin)
 
-    if c.attention_impl == "xla":
+    if c.attention_impl == "xla" and layer_cache is None and dt != jnp.float32:
+      out = blocked_attention(q, k, v, chunk_mask)  # below f32: no scores above the diagonal, flash backward
+    elif c.attention_impl == "xla":
       out = _xla_attention(q, k, v, chunk_mask, layer_cache, cache_mask)
     else:
       out = _dot_product_attention(q, k, v, chunk_mask, layer_cache, cache_mask,
@@ -189,6 +199,16 @@ class DecoderLayer(nn.Module):
     return x, new_kv
 
 
+def _layer_unroll(c: ModelConfig) -> int:
+  """How many layers one step of the layer scan runs: all of them on the CPU backend below f32, else 1.
+
+  The scan stacks each layer's saved activations into [layers, ...] buffers with dynamic-update-slices. XLA:CPU has
+  no bf16 dynamic-update-slice: it widens the whole stack to f32 and back at every layer, which made those copies a
+  fifth of a bf16 update of the tiny model. Unrolled, the layers keep separate buffers. Accelerators keep the
+  rolled loop, whose compile time does not grow with depth; f32 keeps it too (no widening, same results)."""
+  return c.num_layers if c.compute_dtype != jnp.float32 and jax.default_backend() == "cpu" else 1
+
+
 class Decoder(nn.Module):
   """tokens [B, T] -> final-normed hidden states [B, T, D] (and the updated cache when one is given).
 
@@ -224,7 +244,7 @@ class Decoder(nn.Module):
       layer = nn.remat(layer, prevent_cse=False)
     stack = nn.scan(layer, variable_axes={"params": 0}, split_rngs={"params": True},
                     in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
-                    length=c.num_layers, metadata_params={nn.PARTITION_NAME: "layers"})
+                    length=c.num_layers, metadata_params={nn.PARTITION_NAME: "layers"}, unroll=_layer_unroll(c))
     x, (new_k, new_v) = stack(c, name="layers")(x, layer_caches, cos, sin, chunk_mask, cache_mask)
     x = RMSNorm(c, name="final_norm")(x)
     if not c.tie_embeddings:

@@ -13,6 +13,8 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from agentopd_jax.models.matmul import matmul
+
 
 @chex.dataclass
 class TokenStats:
@@ -27,6 +29,13 @@ class TokenStats:
   topk_ids: Optional[jnp.ndarray]
   topk_logprobs: Optional[jnp.ndarray]
   gathered_logprobs: Optional[jnp.ndarray]
+
+
+def _logits(h, w_c, compute_dtype):
+  """h [B, T, D] · w_c [D, C] in f32; below f32 through `matmul`, whose backward stays on the native bf16 kernel."""
+  if jnp.dtype(compute_dtype) == jnp.float32:
+    return jnp.einsum("btd,dv->btv", h, w_c.astype(compute_dtype), preferred_element_type=jnp.float32)
+  return matmul(h, w_c)
 
 
 def token_stats(hidden: jnp.ndarray, w: jnp.ndarray, targets: jnp.ndarray, *, chunk: int = 8192, top_k: int = 0,
@@ -53,8 +62,7 @@ def token_stats(hidden: jnp.ndarray, w: jnp.ndarray, targets: jnp.ndarray, *, ch
     m, s, zsum, target_logit, top_vals, top_ids, gathered = carry
     # The last chunk is shifted left to stay in bounds; columns already seen are masked out.
     start = jnp.minimum(c * chunk, vocab - chunk)
-    w_c = jax.lax.dynamic_slice_in_dim(w, start, chunk, axis=1).astype(compute_dtype)
-    z = jnp.einsum("btd,dv->btv", h, w_c, preferred_element_type=jnp.float32) / temperature
+    z = _logits(h, jax.lax.dynamic_slice_in_dim(w, start, chunk, axis=1), compute_dtype) / temperature
     cols = start + jnp.arange(chunk)
     fresh = cols >= c * chunk
     z = jnp.where(fresh, z, neg_inf)

@@ -17,6 +17,7 @@ from typing import Any, Callable, List, Tuple
 
 import jax
 
+from agentopd_jax import cache
 from agentopd_jax.envs import registry
 from agentopd_jax.envs.vector import VectorEnv
 from agentopd_jax.envs.verl_agent.corpus import default_corpus
@@ -171,6 +172,8 @@ def build_run(c) -> RunParts:
   """The run's parts from its ConfigDict `c`: every section typed and checked first (`from_config_dict`, one error
   naming `section.field`), then the model, tasks, engines, pool, logger, optimizer, train step and methods."""
   cfg = from_config_dict(c)  # before anything loads
+  if cfg.compilation_cache:
+    cache.enable_compilation_cache()  # before anything compiles
   if not cfg.model.path and cfg.model.preset not in RANDOM_INIT_PRESETS:
     raise ValueError(f"model.path: preset {cfg.model.preset!r} needs pretrained weights; pass "
                      f"--config.model.path=/path/to/hf_folder (random init is only for {RANDOM_INIT_PRESETS})")

@@ -215,6 +215,10 @@ class RunConfig:
                                        # longest sample); 0: one sample per row. Not with the seq-mean-token-mean
                                        # or seq-mean-token-sum loss_agg_mode (a packed row is not one sequence)
   tokenizer_path: str = ""             # "" -> model.path's tokenizer, else the built-in one
+  compilation_cache: bool = True       # CPU runs: JAX's persistent compilation cache in the user's cache
+                                       # ($AGENTOPD_CACHE/jax_compilation), so no run compiles what another did
+  reuse_warm_start: bool = True        # the SFT warm start and its step-0 validation are computed once per key in
+                                       # the user's cache and reused by every run that shares them (training/reuse.py)
   model: ModelSpec = dataclasses.field(default_factory=ModelSpec)
   builtin_tokenizer: BuiltinTokenizerConfig = dataclasses.field(default_factory=BuiltinTokenizerConfig)
   rollout: RolloutConfig = dataclasses.field(default_factory=RolloutConfig)

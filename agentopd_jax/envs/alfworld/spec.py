@@ -17,6 +17,7 @@ import zlib
 from pathlib import Path
 from typing import List, Optional, Tuple
 
+from agentopd_jax import cache
 from agentopd_jax.envs import datafiles
 from agentopd_jax.envs.alfworld.text import AlfworldText
 from agentopd_jax.envs.registry import EnvCommon, EnvSpec, ReportSpec, SkillSpec, register, shipped_skill_bank
@@ -40,10 +41,6 @@ def alfworld_task_type(gamefile: str) -> str | None:
   return next((t for t in ALFWORLD_TASK_TYPES if t in gamefile), None)
 
 
-def cache_dir() -> Path:
-  return Path(os.environ.get("AGENTOPD_CACHE", "~/.cache/agentopd_jax")).expanduser()
-
-
 def games(env_cfg) -> Tuple[List[str], List[str]]:
   """(training games, validation games) of the configured splits and task types."""
   from agentopd_jax.envs.alfworld import data, generator
@@ -58,7 +55,7 @@ def games(env_cfg) -> Tuple[List[str], List[str]]:
                        sorted(env_cfg.task_types), scene_numbers]
                       + ([list(distractors)] if distractors != generator.DISTRACTOR_TYPES else [])
                       + ([home_prob] if home_prob else []))
-    root = str(cache_dir() / "alfworld_generated" / hashlib.sha1(spec.encode()).hexdigest()[:12])
+    root = str(cache.root() / "alfworld_generated" / hashlib.sha1(spec.encode()).hexdigest()[:12])
     done = Path(root) / "COMPLETE"
     if not done.exists():  # the marker is written last, so an interrupted generation is redone, not half-used
       generator.generate(root, {env_cfg.train_split: env_cfg.generate_train,

@@ -1,0 +1,34 @@
+"""The user's cache: one root for what runs share and can always rebuild (generated ALFWorld games, the built-in
+tokenizer, JAX's compiled executables): `$AGENTOPD_CACHE`, else `~/.cache/agentopd_jax`."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+
+def root() -> Path:
+  return Path(os.environ.get("AGENTOPD_CACHE", "~/.cache/agentopd_jax")).expanduser()
+
+
+def enable_compilation_cache() -> Optional[str]:
+  """JAX's persistent compilation cache under `root()/jax_compilation` for a CPU run; returns the folder in use.
+
+  A later run, or a resumed one, then loads every executable an earlier run compiled for the same computation
+  (model, shapes, flags, jax version) instead of compiling it again: on the CPU default that is about 20 s of the
+  first iteration and more of each validation's first call. Every executable is kept, however quickly it compiled.
+  Left as it is when a cache folder is already set (`JAX_COMPILATION_CACHE_DIR`, e.g. the tests' shared one), and on
+  accelerators, where the user's own JAX settings decide."""
+  import jax  # here, so that the env workers can import `root` without JAX
+
+  current = jax.config.jax_compilation_cache_dir
+  if current:
+    return current
+  if jax.default_backend() != "cpu":
+    return None
+  folder = root() / "jax_compilation"
+  folder.mkdir(parents=True, exist_ok=True)
+  jax.config.update("jax_compilation_cache_dir", str(folder))
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+  return str(folder)

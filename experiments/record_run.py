@@ -1,0 +1,47 @@
+"""Copies a finished run's small record into `results/` (results/README.md): its resolved config, every metrics
+record, its summary and, per validation step, each panel problem's [successes, attempts] (an ALFWorld game by its folder below the data root).
+No checkpoint.
+
+  python experiments/record_run.py runs/precision_ab/bfloat16_s0 results/precision_ab/bfloat16_s0
+"""
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+from agentopd_jax.storage.checkpoints import CheckpointPool
+
+
+def problem_name(problem: str) -> str:
+  """A panel problem as the records name it: an ALFWorld game file by its folder below the data root
+  ("valid_seen/<task>/<trial>"), which does not depend on where the cache is; other ids as they are."""
+  parts = Path(problem).parts
+  if parts and parts[-1].endswith(".tw-pddl") and len(parts) >= 4:
+    return "/".join(parts[-4:-1])
+  return problem
+
+
+def record(run: Path, dest: Path) -> None:
+  if not (run / "summary.json").exists():
+    raise SystemExit(f"{run}: no summary.json, the run has not finished")
+  dest.mkdir(parents=True, exist_ok=True)
+  for name, src in (("config.json", "config.json"), ("metrics.jsonl", "logs/metrics.jsonl"),
+                    ("summary.json", "summary.json")):
+    shutil.copyfile(run / src, dest / name)
+  pool = CheckpointPool(run / "checkpoints")
+  outcomes = {str(step): {problem_name(p): list(o)
+                                for p, o in sorted(pool.metadata(step)["outcomes"].items())}
+              for step in pool.steps()}
+  (dest / "outcomes.json").write_text(json.dumps(outcomes, indent=0) + "\n")
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("run", type=Path)
+  parser.add_argument("dest", type=Path)
+  args = parser.parse_args()
+  record(args.run, args.dest)
+
+
+if __name__ == "__main__":
+  main()
