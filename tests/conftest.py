@@ -18,6 +18,7 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+os.environ.setdefault("AGENTOPD_WARM_STARTS", "")  # no warm start shared between tests (tests/test_reuse.py sets one)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -121,6 +122,18 @@ def alfworld_games_root(tmp_path_factory):
   root = str(tmp_path_factory.mktemp("alfworld"))
   generator.generate(root, sizes={"train": 12, "valid_seen": 8})
   return root
+
+
+def nested(values):
+  """The nested dict of {dotted path: value} (a config fixture entry's values)."""
+  out = {}
+  for path, value in values.items():
+    node = out
+    *sections, field = path.split(".")
+    for section in sections:
+      node = node.setdefault(section, {})
+    node[field] = value
+  return out
 
 
 def tiny_alfworld_config(variant, workdir, games_root, **overrides):

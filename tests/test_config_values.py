@@ -24,6 +24,8 @@ import sys
 
 import pytest
 
+from conftest import nested
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURE = os.path.join(ROOT, "tests", "fixtures", "config_values.json")
 BEFORE_GROUPS = os.path.join(ROOT, "tests", "fixtures", "config_values_before_groups.json")
@@ -139,18 +141,6 @@ def test_config_resolves_to_recorded_values(entry):
   assert not lines, f"{entry} differs from tests/fixtures/config_values.json:\n  " + "\n  ".join(lines)
 
 
-def _nested(values):
-  """The nested dict of a fixture entry's {dotted path: value}."""
-  out = {}
-  for path, value in values.items():
-    node = out
-    *sections, field = path.split(".")
-    for section in sections:
-      node = node.setdefault(section, {})
-    node[field] = value
-  return out
-
-
 def _dotted(tree, prefix=""):
   """{dotted path: value} of a nested dict (an empty dict is a leaf, as `flatten` records it)."""
   out = {}
@@ -219,7 +209,7 @@ def test_upgrade_gives_the_group_values(entry):
 
   before, now = _BEFORE[entry], _fixture()[entry]
   values, types = _added_sections() if "env.name" in before["values"] else ({}, {})
-  upgraded = {"values": {**_dotted(upgrade(_nested(before["values"]))), **values},
+  upgraded = {"values": {**_dotted(upgrade(nested(before["values"]))), **values},
               "types": {**{_group_path(path): name for path, name in before["types"].items()}, **types}}
   lines = diff(now, upgraded)
   assert not lines, f"{entry}: upgrade of the single-section values differs:\n  " + "\n  ".join(lines)

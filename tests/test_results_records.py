@@ -46,3 +46,18 @@ def test_default_rerun_paired_change_matches_its_records():
           f"{change.mean():.1f}, 95 % CI [{change.mean() - half:.1f}, {change.mean() + half:.1f}], "
           f"t = {stats.ttest_1samp(change, 0).statistic:.1f} on 2 df).").replace("-", "−")
   assert line in open(os.path.join(ROOT, "docs", "results.md"), encoding="utf-8").read()
+
+
+def test_precision_table_matches_its_records():
+  """The f32 / bf16 compute A/B on the CPU default (experiments/precision_ab.sh): the table and decision line of
+  docs/results.md are `experiments/precision_report.py` of the records, verbatim."""
+  import importlib.util
+  from pathlib import Path
+
+  spec = importlib.util.spec_from_file_location("precision_report",
+                                                os.path.join(ROOT, "experiments", "precision_report.py"))
+  report = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(report)
+  table = report.table(report.load(Path(ROOT, "results", "precision_ab")))
+  assert table["seeds"] == [0, 1, 2] and [r["step"] for r in table["rows"]] == [0, 4, 8]
+  assert report.markdown(table) in open(os.path.join(ROOT, "docs", "results.md"), encoding="utf-8").read()

@@ -13,6 +13,8 @@ import sys
 
 import ml_collections
 import pytest
+
+from conftest import nested
 from absl import flags
 from ml_collections import config_flags
 
@@ -172,15 +174,7 @@ def _single_section(variant):
   (tests/fixtures/config_values_before_groups.json, unflattened): every method's loss fields in `loss`,
   Agentic-OPD's section `opd`, the method in `method`, `loss.objective` and `grpo.advantage`."""
   with open(os.path.join(ROOT, "tests", "fixtures", "config_values_before_groups.json")) as f:
-    values = json.load(f)[f"configs/alfworld.py:{variant}"]["values"]
-  out = {}
-  for path, value in values.items():
-    node = out
-    *sections, field = path.split(".")
-    for section in sections:
-      node = node.setdefault(section, {})
-    node[field] = value
-  return out
+    return nested(json.load(f)[f"configs/alfworld.py:{variant}"]["values"])
 
 
 @pytest.mark.parametrize("variant, method", [
@@ -200,11 +194,13 @@ def test_an_old_config_json_of_each_method_upgrades_and_builds(variant, method):
 @pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(ROOT, "results", "*", "*", "config.json"))),
                          ids=lambda p: os.path.relpath(p, ROOT))
 def test_the_recorded_runs_config_json_loads(path):
-  """The config.json files the recorded runs wrote (results/) build after `upgrade`."""
+  """The config.json files the recorded runs wrote (results/), in the single-section layout or the method groups',
+  build after `upgrade`, with the same method and SDAR coefficient."""
   with open(path) as f:
     old = json.load(f)
   cfg = from_config_dict(ml_collections.ConfigDict(upgrade(old)))
-  assert cfg.method == old["method"] and cfg.sdar.coef == old["loss"]["sdar_coef"]
+  coef = old["loss"]["sdar_coef"] if "sdar_coef" in old["loss"] else old["sdar"]["coef"]
+  assert cfg.method == old["method"] and cfg.sdar.coef == coef
 
 
 def test_upgrade_moves_each_key_and_the_stacked_method():

@@ -40,7 +40,7 @@ from agentopd_jax.parallel import distributed
 from agentopd_jax.scoring.teacher_signals import recompute_behaviour
 from agentopd_jax.storage.checkpoints import CheckpointPool
 from agentopd_jax.storage.logs import plot_curves, progress
-from agentopd_jax.training import data
+from agentopd_jax.training import data, reuse
 from agentopd_jax.training.assembly import VALIDATION_STREAM, RunParts, build_run
 from agentopd_jax.training.train_step import init_state, make_minibatches, minibatch_samples
 from agentopd_jax.training.warm_start import warm_start
@@ -58,6 +58,7 @@ class Trainer:
   def __init__(self, parts: RunParts):
     self.parts, self.cfg = parts, parts.cfg
     self.methods = parts.methods
+    self.shared_start = None  # the cache folder of a start that runs share (`reuse`); set by `start_state`
     s = parts.sampling.train
     self.ctx = MethodContext(
         model=parts.model, tokenizer=parts.tokenizer, chat=parts.train_engine.chat, env_name=self.cfg.env.name,
@@ -97,10 +98,19 @@ class Trainer:
     return (*gather_episodes(records, outcomes), stats)
 
   def validate(self, params, iteration: int) -> Dict:
-    """The panel's metrics (`val/...`, plus what the methods add) and outcomes."""
-    records, outcomes, stats = self.play_panel(params)
-    metrics = {f"val/{k}": v for k, v in episode_metrics(records).items()}
-    metrics["val/time_s"] = stats["env_s"] + stats["generate_s"]
+    """The panel's metrics (`val/...`, plus what the methods add) and outcomes. At step 0 of a start that runs share
+    (`training.reuse`), the panel is played once per validation setting and seed and reused."""
+    shared = self.shared_start if iteration == 0 else None
+    key = reuse.validation_key(self.cfg) if shared is not None else None
+    played = shared.validation(key) if shared is not None else None
+    if played is None:
+      records, outcomes, stats = self.play_panel(params)
+      played = {"metrics": episode_metrics(records), "outcomes": outcomes, "stats": stats}
+      if shared is not None:
+        shared.store_validation(key, played)
+    outcomes = {problem: tuple(o) for problem, o in played["outcomes"].items()}
+    metrics = {f"val/{k}": v for k, v in played["metrics"].items()}
+    metrics["val/time_s"] = played["stats"]["env_s"] + played["stats"]["generate_s"]
     for m in self.methods:
       metrics.update(m.validation_metrics(params, iteration))
     self.parts.log.log(iteration, metrics, phase="val")
@@ -142,7 +152,7 @@ class Trainer:
     p = self.parts
     params = next((q for q in (m.initial_params() for m in self.methods) if q is not None), None)
     if params is None:
-      params = warm_start(p)
+      params, self.shared_start = warm_start(p)
     return init_state(params, p.optimizer, jax.tree.map(jnp.copy, params) if p.use_reference else None, p.mesh,
                       p.model)
 

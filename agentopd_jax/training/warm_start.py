@@ -3,7 +3,8 @@ demonstrations, else the initial params (a method's own starting params, e.g. Ag
 from __future__ import annotations
 
 import dataclasses
-from typing import List
+import logging
+from typing import Any, List, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -19,21 +20,39 @@ from agentopd_jax.skills.context import SkillContext
 from agentopd_jax.storage.checkpoints import run_params
 from agentopd_jax.storage.logs import progress
 from agentopd_jax.training.assembly import RunParts, base_seed, demonstration_env
+from agentopd_jax.training import reuse
 from agentopd_jax.training.train_step import BadUpdates, init_state, make_minibatches, make_optimizer, make_train_step
 
+logger = logging.getLogger(__name__)
 
-def warm_start(parts: RunParts):
-  """GRPO's starting params: checkpoint `warm_start_step` (default 0, the warm start) of `warm_start_run`'s pool,
-  else the SFT warm start, else the initial params."""
+
+def warm_start(parts: RunParts) -> Tuple[Any, Optional[reuse.SharedStart]]:
+  """(GRPO's starting params, the cache folder runs share it in, or None): checkpoint `warm_start_step` (default 0,
+  the warm start) of `warm_start_run`'s pool, else the SFT warm start (restored from the cache when another run of
+  the same key trained it, `training.reuse`), else the initial params."""
   cfg = parts.cfg
+  shared = cfg.reuse_warm_start and jax.process_count() == 1 and reuse.store() is not None
   if cfg.warm_start_run:
-    return run_params(cfg.warm_start_run, cfg.warm_start_step, parts.abstract_params, "warm_start_step")[0]
-  return sft(parts) if cfg.sft.steps else jax.tree.map(jnp.copy, parts.init_params)
+    params, step = run_params(cfg.warm_start_run, cfg.warm_start_step, parts.abstract_params, "warm_start_step")
+    return params, reuse.SharedStart(reuse.run_start_key(cfg.warm_start_run, step)) if shared else None
+  if not cfg.sft.steps:
+    return jax.tree.map(jnp.copy, parts.init_params), None
+  start = reuse.SharedStart(reuse.warm_start_key(cfg, base_seed(cfg))) if shared else None
+  if start is not None and start.has_params():
+    params, records = start.restore(parts.abstract_params)
+    for step, metrics in records:
+      parts.log.log(step, metrics, phase="sft")
+    logger.info("warm start restored from %s", start.folder)
+    return params, start
+  params, records = sft(parts)
+  if start is not None:
+    start.store(params, records)
+  return params, start
 
 
 def sft(parts: RunParts):
-  """Imitation of expert demonstrations through the same train step: NLL on the replies, or on every token with
-  `sft.train_on_prompt`."""
+  """(params, logged records [(step, metrics)]): imitation of expert demonstrations through the same train step,
+  NLL on the replies, or on every token with `sft.train_on_prompt`."""
   cfg, s = parts.cfg, parts.cfg.sft
   demos = demonstrations(parts)  # every process replays them all (a cheap, deterministic replay)
   decay = max(s.steps - s.warmup_steps, 0) if s.lr_schedule == "cosine" else 0
@@ -47,6 +66,7 @@ def sft(parts: RunParts):
   size = min(s.batch_size, len(demos))
   mine = distributed.share(size, "sft.batch_size")  # every process draws the same batch and trains on its share
   micro = distributed.local_size(s.micro_batch_size, "sft.micro_batch_size")
+  records = []
   for step in parts.live.watch(progress(range(s.steps), desc="sft")):
     picked = [demos[i] for i in rng.choice(len(demos), size, replace=False)][mine]
     (batch,) = make_minibatches(picked, [0.0] * len(picked), len(picked), micro, cfg.pack_width,
@@ -61,10 +81,11 @@ def sft(parts: RunParts):
     state, metrics = step_fn(state, batch)
     metrics = {k: float(v) for k, v in metrics.items()}
     bad_updates.observe(metrics, picked, f"sft step {step + 1}")
-    parts.log.log(step + 1, {f"sft/{k}": v for k, v in metrics.items()}, phase="sft")
+    records.append((step + 1, {f"sft/{k}": v for k, v in metrics.items()}))
+    parts.log.log(*records[-1], phase="sft")
     faults.point("sft/step")
   parts.live.watch(None)
-  return state.params
+  return state.params, records
 
 
 def demonstrations(parts: RunParts) -> List[Sample]:

@@ -1,0 +1,103 @@
+#!/usr/bin/env python
+"""Whole GRPO iterations of the ALFWorld CPU default, per method and compute precision, in one paired run.
+
+Each arm is `experiments/train.py --config=configs/alfworld.py[:method]` from one warm start (`--warm_start`, a
+finished run's step 0, e.g. `runs/precision_ab/warm_start`), for `--iterations` iterations, validated only at its
+start and end on 4 games (so the timed part is the iterations). Arms run one after the other, `--repeats` rounds in
+round-robin order, so background load hits them alike. Per arm the JSON gives the mean seconds of each part of an
+iteration (env stepping, generation, advantages, the method's teacher scoring, update) over iterations 2.., the first
+iteration apart (it compiles), and each arm's ratio to the first arm (`grpo:float32`, today's default).
+
+The compilation cache: every arm's first round runs on an empty JAX cache folder of its own and the next rounds
+reuse it, so `first_iteration_s` of round 1 (compiling) against rounds 2.. (loading) shows what the persistent
+cache saves, and `first_over_later` whether a cached run's first iteration is as fast as its later ones.
+
+  python benchmarks/bench_iteration.py --warm_start runs/precision_ab/warm_start --out /tmp/iteration.json
+  python benchmarks/bench_iteration.py --warm_start W --arms grpo:float32,grpo:bfloat16,sdar:bfloat16 --repeats 2
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import emit_json
+
+ROOT = Path(__file__).resolve().parents[1]
+PARTS = ("env", "generate", "advantage", "teacher", "opid", "update", "iteration")
+DEFAULT_ARMS = "grpo:float32,grpo:bfloat16,sdar:bfloat16,rlsd:bfloat16,opsd:bfloat16,skill_sd:bfloat16," \
+               "skill_grpo:bfloat16"
+
+
+def log(msg: str) -> None:
+  print(f"[bench_iteration {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def run_arm(method: str, dtype: str, args, workdir: Path, cache_dir: Path) -> dict:
+  variant = "" if method == "grpo" else f":{method}"
+  cmd = [sys.executable, str(ROOT / "experiments" / "train.py"), f"--config={ROOT / 'configs' / 'alfworld.py'}{variant}",
+         f"--config.workdir={workdir}", f"--config.warm_start_run={args.warm_start}", "--config.warm_start_step=0",
+         f"--config.model.dtype={dtype}", f"--config.grpo.iterations={args.iterations}",
+         "--config.validation.every=1000", "--config.validation.num_tasks=4", "--config.validation.attempts=1",
+         "--config.reuse_warm_start=False", "--config.logging.plot=False", "--config.logging.tensorboard=False"]
+  env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(cache_dir), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+             JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+  t0 = time.perf_counter()
+  proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+  wall = time.perf_counter() - t0
+  if proc.returncode:
+    raise SystemExit(f"{method}:{dtype} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+  records = [json.loads(line) for line in (workdir / "logs" / "metrics.jsonl").read_text().splitlines()]
+  train = [r for r in records if r["phase"] == "train"]
+  part = lambda r, p: r.get(f"time/{p}_s", 0.0)  # noqa: E731
+  later = train[1:]
+  return {"wall_s": round(wall, 1), "first_iteration_s": round(part(train[0], "iteration"), 2),
+          "later": {p: round(sum(part(r, p) for r in later) / len(later), 2) for p in PARTS},
+          "samples": sum(r.get("batch/samples", 0) for r in later) / len(later)}
+
+
+def main(argv=None) -> dict:
+  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--warm_start", required=True, help="a finished run whose step-0 checkpoint every arm starts from")
+  p.add_argument("--arms", default=DEFAULT_ARMS, help="comma-separated method:dtype; the first is the reference")
+  p.add_argument("--iterations", type=int, default=4)
+  p.add_argument("--repeats", type=int, default=2, help="rounds; round 1 compiles, later rounds load the cache")
+  p.add_argument("--out", default=None)
+  args = p.parse_args(argv)
+  arms = [tuple(a.split(":")) for a in args.arms.split(",")]
+  rounds = {a: [] for a in arms}
+  with tempfile.TemporaryDirectory(prefix="bench_iteration_") as tmp:
+    for r in range(args.repeats):
+      for method, dtype in arms:
+        log(f"round {r + 1}: {method} {dtype}")
+        rounds[(method, dtype)].append(run_arm(method, dtype, args, Path(tmp) / f"{method}_{dtype}_{r}",
+                                               Path(tmp) / f"cache_{method}_{dtype}"))
+  out = {"what": __doc__.split("\n\n")[0], "warm_start": args.warm_start, "iterations": args.iterations,
+         "cpu_threads": len(os.sched_getaffinity(0)), "arms": {}}
+  ref = None
+  for (method, dtype), runs in rounds.items():
+    cached = runs[1:] or runs
+    later = {part: round(sum(x["later"][part] for x in runs) / len(runs), 2) for part in PARTS}
+    entry = {"rounds": runs, "iteration_s": later["iteration"], "parts_s": later,
+             "first_iteration_compiling_s": runs[0]["first_iteration_s"],
+             "first_iteration_cached_s": round(sum(x["first_iteration_s"] for x in cached) / len(cached), 2)}
+    entry["first_over_later"] = round(entry["first_iteration_cached_s"] / later["iteration"], 2)
+    ref = ref or entry
+    entry["speedup_vs_first_arm"] = round(ref["iteration_s"] / later["iteration"], 2)
+    out["arms"][f"{method}:{dtype}"] = entry
+  grpo = out["arms"].get(f"grpo:{arms[1][1] if len(arms) > 1 else arms[0][1]}")
+  if grpo:
+    for name, entry in out["arms"].items():
+      entry["over_grpo_same_precision"] = round(entry["iteration_s"] / out["arms"].get(
+          f"grpo:{name.split(':')[1]}", grpo)["iteration_s"], 2)
+  emit_json(out, args.out)
+  return out
+
+
+if __name__ == "__main__":
+  main()
