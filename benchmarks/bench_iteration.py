@@ -40,7 +40,8 @@ def log(msg: str) -> None:
 
 def run_arm(method: str, dtype: str, args, workdir: Path, cache_dir: Path) -> dict:
   variant = "" if method == "grpo" else f":{method}"
-  cmd = [sys.executable, str(ROOT / "experiments" / "train.py"), f"--config={ROOT / 'configs' / 'alfworld.py'}{variant}",
+  config = f"--config={ROOT / 'configs' / 'alfworld.py'}{variant}"
+  cmd = [sys.executable, str(ROOT / "experiments" / "train.py"), config,
          f"--config.workdir={workdir}", f"--config.warm_start_run={args.warm_start}", "--config.warm_start_step=0",
          f"--config.model.dtype={dtype}", f"--config.grpo.iterations={args.iterations}",
          "--config.validation.every=1000", "--config.validation.num_tasks=4", "--config.validation.attempts=1",
@@ -90,11 +91,10 @@ def main(argv=None) -> dict:
     ref = ref or entry
     entry["speedup_vs_first_arm"] = round(ref["iteration_s"] / later["iteration"], 2)
     out["arms"][f"{method}:{dtype}"] = entry
-  grpo = out["arms"].get(f"grpo:{arms[1][1] if len(arms) > 1 else arms[0][1]}")
-  if grpo:
-    for name, entry in out["arms"].items():
-      entry["over_grpo_same_precision"] = round(entry["iteration_s"] / out["arms"].get(
-          f"grpo:{name.split(':')[1]}", grpo)["iteration_s"], 2)
+  for name, entry in out["arms"].items():
+    grpo = out["arms"].get("grpo:" + name.split(":")[1])
+    if grpo is not None:  # the method's iteration against GRPO's in the same precision
+      entry["over_grpo_same_precision"] = round(entry["iteration_s"] / grpo["iteration_s"], 2)
   emit_json(out, args.out)
   return out
 

@@ -1,6 +1,6 @@
 """Copies a finished run's small record into `results/` (results/README.md): its resolved config, every metrics
-record, its summary and, per validation step, each panel problem's [successes, attempts] (an ALFWorld game by its folder below the data root).
-No checkpoint.
+record, its summary and, per validation step, each panel problem's [successes, attempts] (an ALFWorld game by its
+folder below the data root). No checkpoint.
 
   python experiments/record_run.py runs/precision_ab/bfloat16_s0 results/precision_ab/bfloat16_s0
 """

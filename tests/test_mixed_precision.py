@@ -107,7 +107,8 @@ def test_grpo_step_in_bf16_matches_f32(grpo_runs):
   assert 1e-4 < bf16["logprob_drift"] < 3e-3
   # Loss 0.565901 (f32) vs 0.565808 (bf16): |diff| 9.3e-5, bound 5e-4. Grad norm 1.275944 vs 1.276398: relative
   # 3.6e-4, bound 2e-3 (the backward pass runs in bf16 too: cotangents are rounded to bf16 before each product, as
-  # torch's bf16 autocast does; with f32 backward products it was 5.9e-6). Entropy 5.527705 in both (bound 1e-4).
+  # torch's bf16 autocast does; plain autodiff, with f32 backward products, gives 5.9e-6). Entropy 5.527705 in both
+  # (bound 1e-4).
   assert abs(f32["loss"] - bf16["loss"]) < 5e-4
   np.testing.assert_allclose(bf16["grad_norm"], f32["grad_norm"], rtol=2e-3)
   np.testing.assert_allclose(bf16["entropy"], f32["entropy"], atol=1e-4)
