@@ -106,3 +106,10 @@ def test_the_key_follows_what_sft_reads():
     assert reuse.warm_start_key(from_config_dict(tiny_alfworld_config("", "/tmp/x", "/tmp/games", **override)),
                                 0) != key
   assert reuse.warm_start_key(cfg, 1) != key  # another warm-start seed
+
+
+def test_a_run_start_without_a_recorded_checksum_is_not_shared(tmp_path):
+  (tmp_path / "checkpoints").mkdir()
+  assert reuse.run_start_key(str(tmp_path), 0) is None
+  (tmp_path / "checkpoints" / "checksums.json").write_text(json.dumps({"0": "ab"}))
+  assert reuse.run_start_key(str(tmp_path), 0) is not None and reuse.run_start_key(str(tmp_path), 4) is None

@@ -12,7 +12,7 @@ The custom VJP here keeps every large product bf16 × bf16 → f32:
   dx = g_bf16 · w_bf16ᵀ           (the right operand contracts its last dimension: native)
   dw = (xᵀ)_copy · g_bf16         (x is transposed into a real copy first)
 The weight gradient is returned in f32 (the master dtype), never rounded to bf16; the input gradient in x's dtype.
-A float32 compute dtype never comes here: f32 runs keep XLA's own autodiff bit for bit.
+An f32 x never takes it: `matmul` runs a plain einsum there, so f32 runs keep XLA's own autodiff bit for bit.
 """
 from __future__ import annotations
 
@@ -71,14 +71,20 @@ _matmul_2d.defvjp(_fwd, _bwd)
 
 
 def matmul(x: jnp.ndarray, w: jnp.ndarray, contract: int = 1) -> jnp.ndarray:
-  """x [..., K₁..K_c] · w [K₁..K_c, N...] -> [..., N...] in f32, both operands in x's dtype (bf16 or f16).
+  """x [..., K₁..K_c] · w [K₁..K_c, N...] -> [..., N...] in f32, both operands in x's dtype.
 
   `contract` is how many trailing dims of x (= leading dims of w) are summed over. w may be stored in another
-  dtype (f32 masters); it is cast to x's dtype for the product and its gradient comes back in its own dtype."""
+  dtype (f32 masters); it is cast to x's dtype for the product and its gradient comes back in its own dtype. An f32
+  x takes a plain einsum and XLA's own autodiff (f32 runs stay bit for bit what they were); a lower precision the
+  custom VJP above."""
   lead, kdims = x.shape[:x.ndim - contract], x.shape[x.ndim - contract:]
   if tuple(w.shape[:contract]) != tuple(kdims):
     raise ValueError(f"matmul: x's last {contract} dims {kdims} must equal w's first {w.shape[:contract]}")
   ndims = w.shape[contract:]
+  if x.dtype == jnp.float32:
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    xs, ks, ns = letters[:len(lead)], letters[len(lead):x.ndim], letters[x.ndim:x.ndim + len(ndims)]
+    return jnp.einsum(f"{xs}{ks},{ks}{ns}->{xs}{ns}", x, w.astype(x.dtype), preferred_element_type=jnp.float32)
   k = 1
   for d in kdims:
     k *= d

@@ -123,11 +123,9 @@ def _dot_product_attention(q, k, v, chunk_mask, layer_cache, cache_mask, impleme
 
 def _project(equation: str, x, kernel, dt):
   """x · kernel in the compute dtype `dt`, accumulated and returned in f32 by the matmul, then rounded to `dt`: what a
-  bf16 matmul in torch computes. Below f32 the product and its gradients go through `matmul.matmul`, which keeps the
-  backward pass on the native bf16 kernel too (XLA's CPU backend runs a bf16 x bf16 dot fast only with an f32
-  result and its contracted dimension last on the left; on GPU/TPU the rounding fuses into the matmul)."""
-  if dt == jnp.float32:
-    return jnp.einsum(equation, x, kernel.astype(dt), preferred_element_type=jnp.float32).astype(dt)
+  bf16 matmul in torch computes. Through `matmul.matmul`, whose custom VJP keeps the backward pass below f32 on the
+  native bf16 kernel too (XLA's CPU backend runs a bf16 x bf16 dot fast only with an f32 result and its contracted
+  dimension last on the left; on GPU/TPU the rounding fuses into the matmul)."""
   lhs, rhs = equation.split("->")[0].split(",")
   return matmul.matmul(x.astype(dt), kernel, contract=len(set(lhs) & set(rhs))).astype(dt)
 

@@ -31,13 +31,6 @@ class TokenStats:
   gathered_logprobs: Optional[jnp.ndarray]
 
 
-def _logits(h, w_c, compute_dtype):
-  """h [B, T, D] · w_c [D, C] in f32; below f32 through `matmul`, whose backward stays on the native bf16 kernel."""
-  if jnp.dtype(compute_dtype) == jnp.float32:
-    return jnp.einsum("btd,dv->btv", h, w_c.astype(compute_dtype), preferred_element_type=jnp.float32)
-  return matmul(h, w_c)
-
-
 def token_stats(hidden: jnp.ndarray, w: jnp.ndarray, targets: jnp.ndarray, *, chunk: int = 8192, top_k: int = 0,
                 entropy: bool = False, gather_ids: Optional[jnp.ndarray] = None, temperature: float = 1.0,
                 compute_dtype=jnp.float32) -> TokenStats:
@@ -62,7 +55,7 @@ def token_stats(hidden: jnp.ndarray, w: jnp.ndarray, targets: jnp.ndarray, *, ch
     m, s, zsum, target_logit, top_vals, top_ids, gathered = carry
     # The last chunk is shifted left to stay in bounds; columns already seen are masked out.
     start = jnp.minimum(c * chunk, vocab - chunk)
-    z = _logits(h, jax.lax.dynamic_slice_in_dim(w, start, chunk, axis=1), compute_dtype) / temperature
+    z = matmul(h, jax.lax.dynamic_slice_in_dim(w, start, chunk, axis=1)) / temperature  # f32 logits
     cols = start + jnp.arange(chunk)
     fresh = cols >= c * chunk
     z = jnp.where(fresh, z, neg_inf)

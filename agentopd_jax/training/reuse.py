@@ -33,6 +33,7 @@ from agentopd_jax.storage.checkpoints import CheckpointPool, run_params
 
 SFT_SECTIONS = ("env", "model", "builtin_tokenizer", "tokenizer_path", "rollout", "sft", "skills", "optim",
                 "pack_width", "mesh_shape")
+VALIDATION_SECTIONS = ("env", "model", "builtin_tokenizer", "tokenizer_path", "rollout", "validation", "mesh_shape")
 
 
 @functools.lru_cache(maxsize=None)
@@ -53,6 +54,12 @@ def _machine() -> dict:
           "xla_flags": os.environ.get("XLA_FLAGS", "")}
 
 
+def _sections(cfg, names) -> dict:
+  """{name: value} of run config fields, sections as plain dicts."""
+  return {n: dataclasses.asdict(getattr(cfg, n)) if dataclasses.is_dataclass(getattr(cfg, n)) else getattr(cfg, n)
+          for n in names}
+
+
 def _digest(doc) -> str:
   return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
@@ -66,8 +73,7 @@ def _model_files(path: str) -> list:
 
 def warm_start_key(cfg, base_seed: int) -> str:
   """The hash of what the SFT warm start of run config `cfg` depends on."""
-  doc = {name: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v
-         for name, v in ((n, getattr(cfg, n)) for n in SFT_SECTIONS)}
+  doc = _sections(cfg, SFT_SECTIONS)
   return _digest({"config": doc, "seed": base_seed,
                   "model_files": [_model_files(cfg.model.path), _model_files(cfg.tokenizer_path)],
                   "source": source_digest(), "machine": _machine()})
@@ -120,13 +126,15 @@ class SharedStart:
     atomic_write_json(str(self.folder / "val0" / f"{key}.json"), result)
 
 
-def run_start_key(run_dir: str, step: int) -> str:
-  """A `warm_start_run` start: the recorded checksum of its checkpoint names it."""
-  sums = json.loads((Path(run_dir) / "checkpoints" / "checksums.json").read_text())
-  return _digest({"run_checkpoint": sums[str(step)]})
+def run_start_key(run_dir: str, step: int) -> Optional[str]:
+  """A `warm_start_run` start: the recorded checksum of its checkpoint names it (None, no reuse, where the pool
+  records none)."""
+  path = Path(run_dir) / "checkpoints" / "checksums.json"
+  checksum = json.loads(path.read_text()).get(str(step)) if path.exists() else None
+  return None if checksum is None else _digest({"run_checkpoint": checksum})
 
 
 def validation_key(cfg) -> str:
   """The hash of what a step-0 validation depends on besides the params: the panel, its play and its keys."""
-  doc = {name: dataclasses.asdict(getattr(cfg, name)) for name in ("env", "model", "rollout", "validation")}
+  doc = _sections(cfg, VALIDATION_SECTIONS)
   return _digest({"config": doc, "seed": cfg.seed, "source": source_digest(), "machine": _machine()})

@@ -34,7 +34,8 @@ def warm_start(parts: RunParts) -> Tuple[Any, Optional[reuse.SharedStart]]:
   shared = cfg.reuse_warm_start and jax.process_count() == 1 and reuse.store() is not None
   if cfg.warm_start_run:
     params, step = run_params(cfg.warm_start_run, cfg.warm_start_step, parts.abstract_params, "warm_start_step")
-    return params, reuse.SharedStart(reuse.run_start_key(cfg.warm_start_run, step)) if shared else None
+    key = reuse.run_start_key(cfg.warm_start_run, step) if shared else None
+    return params, None if key is None else reuse.SharedStart(key)
   if not cfg.sft.steps:
     return jax.tree.map(jnp.copy, parts.init_params), None
   start = reuse.SharedStart(reuse.warm_start_key(cfg, base_seed(cfg))) if shared else None
