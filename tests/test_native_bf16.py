@@ -138,6 +138,29 @@ def test_blocked_attention_matches_einsum_attention(dtype, tol):
     np.testing.assert_allclose(np.asarray(ours, np.float32), np.asarray(theirs, np.float32), atol=tol * scale)
 
 
+@pytest.mark.parametrize("dtype, tol", [(jnp.float32, 1e-5), (jnp.bfloat16, 5e-2)])
+@pytest.mark.parametrize("shared", [False, True])
+def test_blocked_attention_over_a_cache_matches_einsum_attention(dtype, tol, shared):
+  """A chunk that continues a cache of S = 20 slots (some empty): every query block also scores the cached keys, per
+  segment or (a shared prefix) for every segment of the chunk."""
+  rng = np.random.default_rng(2)
+  b, t, s, h, kv, hd = 3, 40, 20, 4, 2, 16
+  mask, valid = _packed_mask(b, t, 2)
+  seg = np.asarray(jnp.any(mask, axis=-1)).astype(np.int32)  # valid rows
+  seg[0, 25:37] = 2
+  cache_seg = np.ones((b, s), np.int32)
+  cache_seg[2, 15:] = 0  # empty slots
+  seen = (cache_seg != 0)[:, None, :] if shared else cache_seg[:, None, :] == seg[:, :, None]
+  cache_mask = jnp.asarray(seen & (seg != 0)[:, :, None])
+  q = jnp.asarray(rng.normal(size=(b, t, h, hd)), dtype)
+  k, v = (jnp.asarray(rng.normal(size=(b, t, kv, hd)), dtype) for _ in range(2))
+  ck, cv = (jnp.asarray(rng.normal(size=(b, kv, s, hd)), dtype) for _ in range(2))
+  ref = transformer._xla_attention(q, k, v, mask, (ck, cv), cache_mask).astype(jnp.float32) * valid
+  out = blocked_attention(q, k, v, mask, block=16, cache=(ck, cv, cache_mask))
+  assert out.dtype == dtype and out.shape == q.shape
+  np.testing.assert_allclose(np.asarray(out, np.float32) * valid, ref, atol=tol)
+
+
 def test_f32_never_enters_the_low_precision_path():
   params = transformer.init_params(F32, jax.random.key(0))
   tokens = jnp.ones((2, 8), jnp.int32)
@@ -165,6 +188,14 @@ def test_bf16_train_step_and_decode_multiply_only_bf16():
   hlo = step.lower(state, split_minibatches(batch, rows, rows // 2)[0]).compile().as_text()
   dots = dot_operand_dtypes(hlo)
   assert len(dots) >= 20 and all(pair == ("bf16", "bf16") for pair in dots), [p for p in dots if p != ("bf16",) * 2]
+
+  # A chunk that continues a filled cache (a later turn's prefill, shared-prefix scoring) multiplies in bf16 too.
+  cache = transformer.KVCache.init(BF16, rows, 16).replace(segment_ids=jnp.ones((rows, 16), jnp.int32),
+                                                           lengths=jnp.full((rows,), 16, jnp.int32))
+  continued = jax.jit(lambda p, c: transformer.forward(BF16, p, jnp.asarray(batch.tokens), jnp.asarray(batch.positions)
+                                                       + 16, jnp.asarray(seg), c)[0])
+  dots = dot_operand_dtypes(continued.lower(params, cache).compile().as_text())
+  assert len(dots) >= 10 and all(pair == ("bf16", "bf16") for pair in dots), dots
 
   sampler = Sampler(BF16, pad_id=0)
   calls = []

@@ -101,6 +101,25 @@ def test_masks_ids_and_logprobs_line_up(setup, layout):
       assert len(mine) == 1 and mine[0].step_index == -1
       runs = np.diff(np.concatenate([[0], mine[0].completion_mask, [0]]))
       assert (runs == 1).sum() == ep.length  # one generated block per env step
+  # The work counters: every prompt or observation chunk prefilled, every generated token, and per generate call
+  # the longest row's tokens (the decode loop's steps).
+  if layout == "step":
+    blocks = [(s.step_index, len(s.completion_ids)) for s in samples]
+    prefilled = sum(len(s.prompt_ids) for s in samples)
+  else:
+    blocks = []
+    for s in samples:
+      mask = np.asarray(s.completion_mask)
+      starts, ends = np.flatnonzero(np.diff(np.concatenate([[0], mask])) == 1), \
+          np.flatnonzero(np.diff(np.concatenate([mask, [0]])) == -1)
+      blocks += [(turn, int(e - b + 1)) for turn, (b, e) in enumerate(zip(starts, ends))]
+    prefilled = sum(len(s.prompt_ids) + int((np.asarray(s.completion_mask) == 0).sum()) for s in samples)
+  longest = {}
+  for turn, n in blocks:
+    longest[turn] = max(longest.get(turn, 0), n)
+  assert rollout.stats["prefill_tokens"] == prefilled
+  assert rollout.stats["generated_tokens"] == sum(n for _, n in blocks)
+  assert rollout.stats["decode_steps"] == sum(longest.values())
   batch, trainer_logprobs = _scored(setup, samples)
   for b, s in enumerate(samples):
     generated = np.zeros(batch.tokens.shape[1], bool)

@@ -1,5 +1,8 @@
-"""Teacher signals scored once per batch: packed or not they equal a direct forward of the teacher's sequence, top-k
-included; SDAR's privileged prompt (raw prefix, re-encoded, left-truncated); the per-turn metrics."""
+"""Teacher signals scored once per batch: packed or not, with shared prompt prefixes or not, they equal a direct
+forward of the teacher's sequence, top-k included; SDAR's privileged prompt (raw prefix, re-encoded, left-truncated);
+the per-turn metrics."""
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,7 +16,7 @@ from agentopd_jax.models.config import preset
 from agentopd_jax.models.tokenizer import apply_chat_template, builtin_tokenizer
 from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.rollout.chat import raw_prefixed_ids, templated_text
-from agentopd_jax.scoring.teacher_signals import score_teacher
+from agentopd_jax.scoring.teacher_signals import MIN_SHARED, score_teacher, shared_prefixes
 from agentopd_jax.methods.sdar.teacher import TeacherConfig, signal_metrics
 
 CONFIG = preset("tiny", vocab_size=300, num_layers=2, hidden_size=64, intermediate_size=128, num_heads=4,
@@ -34,11 +37,11 @@ def _samples(n=5, seed=0):
   return out
 
 
-def _direct(params, sample):
+def _direct(params, sample, temperature=1.0):
   """Full-softmax log-probs of the completion tokens and the full distributions that predict them."""
   tokens = jnp.asarray([sample.prompt_ids + sample.completion_ids])
   hidden, _ = transformer.forward(CONFIG, params, tokens, None, jnp.ones_like(tokens))
-  logp = jax.nn.log_softmax(transformer.logits_from_hidden(CONFIG, params, hidden)[0], axis=-1)
+  logp = jax.nn.log_softmax(transformer.logits_from_hidden(CONFIG, params, hidden)[0] / temperature, axis=-1)
   n = len(sample.prompt_ids)
   dists = np.asarray(logp[n - 1:sample.length - 1])
   token_lp = np.take_along_axis(dists, np.asarray(sample.completion_ids)[:, None], axis=-1)[:, 0]
@@ -57,6 +60,71 @@ def test_scores_equal_a_direct_forward_per_sample(pack_width, rows):
     top = np.sort(dists, axis=-1)[:, ::-1][:, :4]
     np.testing.assert_allclose(sig.topk_logprobs[on], top[on], atol=1e-5)
     np.testing.assert_allclose(np.take_along_axis(dists, sig.topk_ids, -1)[on], top[on], atol=1e-5)
+
+
+def _prefixed_samples(seed=0):
+  """Three groups: two whose prompts start with a long common prefix (one with an empty-prompt-free twist: a member
+  whose prompt diverges after 80 tokens), one of unrelated prompts."""
+  rng = np.random.RandomState(seed)
+  heads = [rng.randint(1, 300, n).tolist() for n in (90, 130)]
+  out = []
+  for g, head in enumerate(heads + [None]):
+    for j in range(4):
+      prompt = (head + rng.randint(1, 300, rng.randint(1, 30)).tolist()) if head else rng.randint(1, 300, 20).tolist()
+      if g == 0 and j == 3:
+        prompt = head[:80] + [(head[80] % 299) + 1] + prompt[81:]
+      completion = rng.randint(1, 300, rng.randint(2, 9)).tolist()
+      mask = [1] * len(completion)
+      mask[-1] = j % 2  # an observation token at the end of some
+      out.append(Sample(prompt_ids=prompt, completion_ids=completion, completion_mask=mask,
+                        behaviour_logprobs=[0.0] * len(completion), group_id=g, problem_id=str(g), traj_id=4 * g + j,
+                        step_index=j, action_valid=1.0))
+  return out
+
+
+def test_shared_prefixes_are_the_longest_common_prompt_prefix_of_a_key():
+  samples = _prefixed_samples()
+  which, prefixes = shared_prefixes(samples, [s.group_id for s in samples])
+  assert which == [0] * 4 + [1] * 4 + [-1] * 4  # unrelated prompts share less than MIN_SHARED: scored whole
+  assert prefixes[0] == samples[0].prompt_ids[:80] and len(prefixes[1]) >= 130
+  assert all(s.prompt_ids[:len(prefixes[w])] == prefixes[w] and len(s.prompt_ids) > len(prefixes[w])
+             for s, w in zip(samples, which) if w >= 0)
+  # One sample alone shares nothing; a prefix never swallows a whole prompt.
+  assert shared_prefixes(samples[:1], [0]) == ([-1], [])
+  twins = [samples[4], dataclasses.replace(samples[4], completion_ids=[5, 6], completion_mask=[1, 1],
+                                           behaviour_logprobs=[0.0, 0.0])]
+  assert shared_prefixes(twins, [0, 0])[1][0] == samples[4].prompt_ids[:-1]
+  assert shared_prefixes(twins, [0, 1]) == ([-1, -1], [])  # other keys: nothing shared
+  assert MIN_SHARED > 20
+
+
+@pytest.mark.parametrize("pack_width,rows", [(0, 3), (256, 2)])
+def test_shared_prefix_scores_equal_a_direct_forward(pack_width, rows):
+  params = transformer.init_params(CONFIG, jax.random.key(2))
+  samples = _prefixed_samples(seed=1)
+  got = score_teacher(CONFIG, params, samples, top_k=3, pack_width=pack_width, rows_per_call=rows, temperature=0.8)
+  for s, sig in zip(samples, got):
+    expect, dists = _direct(params, s, temperature=0.8)
+    np.testing.assert_allclose(sig.logprobs, expect, atol=1e-5)
+    on = np.asarray(s.completion_mask, bool)
+    top = np.sort(dists, axis=-1)[:, ::-1][:, :3]
+    np.testing.assert_allclose(sig.topk_logprobs[on], top[on], atol=1e-5)
+    assert (sig.topk_ids[~on] == 0).all() and (sig.logprobs[~on] == 0).all()
+  meshed = score_teacher(CONFIG, params, samples, top_k=3, pack_width=pack_width, rows_per_call=rows,
+                         temperature=0.8, mesh=make_mesh((8, 1, 1)), prefix_keys=[0] * len(samples))
+  for a, b in zip(got, meshed):
+    np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
+
+
+def test_a_completion_without_a_prompt_scores_from_its_second_token():
+  params = transformer.init_params(CONFIG, jax.random.key(3))
+  s = Sample(prompt_ids=[], completion_ids=[4, 5, 6], completion_mask=[1, 1, 1], behaviour_logprobs=[0.0] * 3,
+             group_id=0, problem_id="p", traj_id=0, step_index=0, action_valid=1.0)
+  got = score_teacher(CONFIG, params, [s])[0].logprobs
+  whole = Sample(prompt_ids=[4], completion_ids=[5, 6], completion_mask=[1, 1], behaviour_logprobs=[0.0] * 2,
+                 group_id=0, problem_id="p", traj_id=0, step_index=0, action_valid=1.0)
+  assert got[0] == 0.0
+  np.testing.assert_allclose(got[1:], _direct(params, whole)[0], atol=1e-5)
 
 
 def test_scores_on_a_mesh_and_at_a_temperature_match():

@@ -2,7 +2,9 @@
 
 For a chunk without a KV cache (training, scoring, a first prefill) the einsum attention of `transformer` builds
 the full [B, kv, g, T, T] score tensor, keeps its probabilities for the backward pass and transposes f32 copies of
-it there. For the tiny CPU model that elementwise and copy work, not the matmuls, is most of an update. Here:
+it there. For the tiny CPU model that elementwise and copy work, not the matmuls, is most of an update. A chunk that
+continues a cache (a later turn's prefill, a shared prompt prefix in `scoring.teacher_signals`) scores the cached
+keys as a block before its own, forward only. Here:
 
 * Query block i (rows [i·Q, (i+1)·Q)) only scores keys [0, (i+1)·Q): the blocks above the causal diagonal are
   never computed (for T = 512 and Q = 128 that is 10 of 16 blocks).
@@ -38,22 +40,24 @@ def _bdot(a, b, contract_b: int):
   return jax.lax.dot_general(a, b, (((3,), (2 + contract_b,)), ((0, 1), (0, 1))), preferred_element_type=jnp.float32)
 
 
-def _block_scores(q, k, mask, lo, hi, g):
-  """Masked f32 scores of query rows [lo, hi) against keys [0, hi): [B, kv, g·(hi−lo), hi]."""
-  s = _bdot(q[:, :, :, lo:hi].reshape(q.shape[0], q.shape[1], g * (hi - lo), q.shape[-1]), k[:, :, :hi], 1)
-  s = s.reshape(q.shape[0], q.shape[1], g, hi - lo, hi)
-  return jnp.where(mask[:, None, None, lo:hi, :hi], s, _NEG)
+def _block_scores(q, k, mask, lo, hi, g, before=0):
+  """Masked f32 scores of query rows [lo, hi) against keys [0, before + hi) (`before` cached keys precede the
+  chunk's): [B, kv, g, hi−lo, before + hi]."""
+  s = _bdot(q[:, :, :, lo:hi].reshape(q.shape[0], q.shape[1], g * (hi - lo), q.shape[-1]), k[:, :, :before + hi], 1)
+  s = s.reshape(q.shape[0], q.shape[1], g, hi - lo, before + hi)
+  return jnp.where(mask[:, None, None, lo:hi, :before + hi], s, _NEG)
 
 
-def _forward(q, k, v, mask, block):
+def _forward(q, k, v, mask, block, before=0):
   b, kv, g, t, hd = q.shape
   outs, lses = [], []
   for lo, hi in _bounds(t, block):
-    s = _block_scores(q, k, mask, lo, hi, g)
+    s = _block_scores(q, k, mask, lo, hi, g, before)
     m = jnp.max(s, axis=-1, keepdims=True)
     p = jnp.exp(s - m)
     l = jnp.sum(p, axis=-1, keepdims=True)
-    o = _bdot(p.astype(q.dtype).reshape(b, kv, g * (hi - lo), hi), v[:, :, :hi], 0).reshape(b, kv, g, hi - lo, hd)
+    o = _bdot(p.astype(q.dtype).reshape(b, kv, g * (hi - lo), before + hi), v[:, :, :before + hi], 0)
+    o = o.reshape(b, kv, g, hi - lo, hd)
     outs.append((o / l).astype(q.dtype))
     lses.append(m + jnp.log(l))
   return jnp.concatenate(outs, axis=3), jnp.concatenate(lses, axis=3)
@@ -107,12 +111,21 @@ def _heads_first(x):
   return split.reshape(b, kv, t + pad, hd)[:, :, :t]
 
 
-def blocked_attention(q, k, v, mask, block: int = 128):
-  """softmax(q·kᵀ/√d + mask)·v for a chunk with no cache. q [B, T, H, hd], k/v [B, T, kv, hd] (GQA: H = kv·g),
-  mask [B, T, T] bool (causal ∧ same segment ∧ valid: every allowed key of row t is at or before t) -> [B, T, H, hd]
-  in q's dtype."""
+def blocked_attention(q, k, v, mask, block: int = 128, cache=None):
+  """softmax(q·kᵀ/√d + mask)·v for a chunk. q [B, T, H, hd], k/v [B, T, kv, hd] (GQA: H = kv·g), mask [B, T, T]
+  bool (causal ∧ same segment ∧ valid: every allowed key of row t is at or before t) -> [B, T, H, hd] in q's dtype.
+
+  `cache`: (k, v [B, kv, S, hd], mask [B, T, S]), keys that precede the whole chunk (a KV cache being continued by a
+  chunk of several tokens, a shared prompt prefix): every query block also scores them. That path is for forward
+  passes (prefill, scoring); differentiated, it is plain autodiff of the blocked forward."""
   b, t, h, hd = q.shape
   kv = k.shape[2]
   qg = jnp.transpose(q.reshape(b, t, kv, h // kv, hd) * jnp.asarray(hd ** -0.5, q.dtype), (0, 2, 3, 1, 4))
-  out = _attention(qg, _heads_first(k), _heads_first(v), mask, block)  # [b, kv, g, t, hd]
+  if cache is None:
+    out = _attention(qg, _heads_first(k), _heads_first(v), mask, block)  # [b, kv, g, t, hd]
+  else:
+    ck, cv, cmask = cache
+    keys = jnp.concatenate([ck.astype(k.dtype), _heads_first(k)], axis=2)
+    values = jnp.concatenate([cv.astype(v.dtype), _heads_first(v)], axis=2)
+    out = _forward(qg, keys, values, jnp.concatenate([cmask, mask], axis=-1), block, ck.shape[2])[0]
   return jnp.transpose(out, (0, 3, 1, 2, 4)).reshape(b, t, h, hd)

@@ -9,8 +9,9 @@ attention on a GPU), as `ModelConfig.attention_impl` says; both give the same lo
 
 Parameters carry logical axis names (see `parallel.sharding`); layers are stacked on a leading `layers` axis and
 run with `nn.scan`, so compile time does not grow with depth (on the CPU backend below f32 the scan is unrolled:
-`_layer_unroll`). Below f32 the matmuls and the no-cache attention have backward passes of their own (`matmul`,
-`blocked_attention`) that keep every product on the native bf16 kernel.
+`_layer_unroll`). Below f32 the matmuls and the attention of a chunk (anything but a one-token decode step) go
+through `matmul` and `blocked_attention`, which keep every product, backward passes included, on the native bf16
+kernel.
 """
 from __future__ import annotations
 
@@ -157,8 +158,10 @@ class Attention(nn.Module):
     q = apply_rope(q, cos, sin)
     k = apply_rope(k, cos, sin)
 
-    if c.attention_impl == "xla" and layer_cache is None and dt != jnp.float32:
-      out = blocked_attention(q, k, v, chunk_mask)  # below f32: no scores above the diagonal, flash backward
+    if c.attention_impl == "xla" and dt != jnp.float32 and (layer_cache is None or q.shape[1] > 1):
+      # Below f32, a chunk (not a one-token decode step): no scores above the diagonal, flash backward.
+      cached = None if layer_cache is None else (layer_cache[0], layer_cache[1], cache_mask)
+      out = blocked_attention(q, k, v, chunk_mask, cache=cached)
     elif c.attention_impl == "xla":
       out = _xla_attention(q, k, v, chunk_mask, layer_cache, cache_mask)
     else:
@@ -212,12 +215,15 @@ class Decoder(nn.Module):
 
   positions: [B, T] rotary positions; segment_ids: [B, T] with 0 for padding. Unembed with `unembed_weight`.
   cache_empty: static promise that `cache` holds no tokens yet, so attention need not read it.
+  cache_shared: the cache holds a prefix that every segment of the chunk continues (shared-prefix scoring: several
+  sequences packed in one row after one common prompt), so its filled slots are visible to every chunk token; else
+  a chunk token sees only the cached slots of its own segment.
   """
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, tokens, positions, segment_ids, cache: Optional[KVCache] = None, cache_empty: bool = False
-               ) -> Tuple[jnp.ndarray, Optional[KVCache]]:
+  def __call__(self, tokens, positions, segment_ids, cache: Optional[KVCache] = None, cache_empty: bool = False,
+               cache_shared: bool = False) -> Tuple[jnp.ndarray, Optional[KVCache]]:
     c = self.config
     embedding = _param(self, "embedding", (c.vocab_size, c.hidden_size), ("vocab", "embed"))
     x = jnp.take(embedding, tokens, axis=0).astype(c.compute_dtype)
@@ -235,7 +241,11 @@ class Decoder(nn.Module):
     else:
       # Every cached slot precedes the chunk, so only segment matching applies (empty slots are segment 0).
       layer_caches = (cache.k, cache.v)
-      cache_mask = (cache.segment_ids[:, None, :] == segment_ids[:, :, None]) & valid[:, :, None]
+      if cache_shared:
+        seen = (cache.segment_ids != 0)[:, None, :]
+      else:
+        seen = cache.segment_ids[:, None, :] == segment_ids[:, :, None]
+      cache_mask = seen & valid[:, :, None]
 
     layer = DecoderLayer
     if c.remat:
@@ -333,10 +343,11 @@ def param_shardings(config: ModelConfig, mesh, rules=None):
   return sharding_lib.param_shardings(logical_axes(config), abstract_params(config), mesh, rules)
 
 
-def forward(config: ModelConfig, params, tokens, positions=None, segment_ids=None, cache=None, cache_empty=False):
+def forward(config: ModelConfig, params, tokens, positions=None, segment_ids=None, cache=None, cache_empty=False,
+            cache_shared=False):
   """Functional entry point: returns (hidden [B, T, D], new cache or None)."""
   if segment_ids is None:
     segment_ids = jnp.ones_like(tokens)
   if positions is None:
     positions = positions_from_segments(segment_ids)
-  return Decoder(config).apply({"params": params}, tokens, positions, segment_ids, cache, cache_empty)
+  return Decoder(config).apply({"params": params}, tokens, positions, segment_ids, cache, cache_empty, cache_shared)

@@ -18,6 +18,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from agentopd_jax import faults
 from agentopd_jax.batching.samples import EPISODE_INFO_KEYS, LAYOUTS, EpisodeResult, Sample
@@ -131,7 +132,8 @@ class RolloutEngine:
     sampling = dataclasses.replace(
         sampling, max_new_tokens=self.config.max_response_tokens,
         stop_token_ids=tuple(sorted(set(sampling.stop_token_ids) | {self.chat.eos_id})))
-    timer = {"env_s": 0.0, "generate_s": 0.0, "prompt_truncations": 0.0}
+    timer = {"env_s": 0.0, "generate_s": 0.0, "prompt_truncations": 0.0, "prefill_tokens": 0.0,
+             "generated_tokens": 0.0, "decode_steps": 0.0}
     t0 = time.perf_counter()
     obs, infos = self.env.reset(list(tasks))
     timer["env_s"] += time.perf_counter() - t0
@@ -200,10 +202,18 @@ class RolloutEngine:
   def _decode(self, ids: List[int]) -> str:
     return self.tokenizer.decode(ids, skip_special_tokens=True)
 
-  def _generate(self, fn, timer, *args, **kwargs) -> SampleOutput:
+  def _generate(self, fn, timer, prefill: Sequence[Sequence[int]], rows: Sequence[int], *args, **kwargs
+                ) -> SampleOutput:
+    """fn(*args, **kwargs), timed. `prefill`: the new prompts or chunks of the played rows, `rows` (not the padding
+    or finished ones). The counts (`prefill_tokens`, `generated_tokens`, `decode_steps`: the longest row's tokens
+    per call) size the rollout's work (`benchmarks/iteration_roof.py` sets its time against a roof)."""
     t0 = time.perf_counter()
     out = fn(*args, **kwargs)
     timer["generate_s"] += time.perf_counter() - t0
+    real = out.lengths[np.asarray(rows, np.int64)]
+    timer["prefill_tokens"] += float(sum(map(len, prefill)))
+    timer["generated_tokens"] += float(real.sum())
+    timer["decode_steps"] += float(real.max(initial=0))
     return out
 
   # ------------------------------------------------------------------------------------------ step layout
@@ -225,7 +235,8 @@ class RolloutEngine:
       width = -(-len(live) // cfg.batch_bucket) * cfg.batch_bucket
       dummies = width - len(live)
       rows = jnp.asarray(live + [live[0]] * dummies)  # a dummy row's one token is discarded: any key will do
-      out = self._generate(self.sampler.generate, timer, params, prompts + [[self.sampler.pad_id]] * dummies,
+      out = self._generate(self.sampler.generate, timer, prompts, range(len(live)), params,
+                           prompts + [[self.sampler.pad_id]] * dummies,
                            fold_in(keys[rows], t), sampling,
                            row_max_new_tokens=[cfg.max_response_tokens] * len(live) + [1] * dummies)
       actions = {}
@@ -260,7 +271,9 @@ class RolloutEngine:
     seqs = [dict(completion=[], mask=[], logprobs=[], turns=0, invalid=0) for _ in range(n)]
     active = [not ep.done for ep in episodes]
     max_new = [cfg.max_response_tokens if a else 1 for a in active]
-    out = self._generate(self.sampler.generate, timer, params, prompts, fold_in(keys, 0), sampling,
+    played = [i for i in range(n) if active[i]]
+    out = self._generate(self.sampler.generate, timer, [prompts[i] for i in played], played, params, prompts,
+                         fold_in(keys, 0), sampling,
                          cache_size=cfg.max_total_tokens, row_max_new_tokens=max_new)
     for t in range(cfg.max_steps):
       actions = {}
@@ -297,7 +310,8 @@ class RolloutEngine:
         seqs[i]["logprobs"] += [0.0] * len(chunk)
       if not any(active):
         break
-      out = self._generate(self.sampler.continue_generation, timer, params, out.state, chunks,
+      played = [i for i in range(n) if active[i]]
+      out = self._generate(self.sampler.continue_generation, timer, chunks, played, params, out.state, chunks,
                            fold_in(keys, t + 1), sampling, active=active,
                            row_max_new_tokens=[cfg.max_response_tokens if a else 1 for a in active])
     for i, ep in enumerate(episodes):

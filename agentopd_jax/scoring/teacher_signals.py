@@ -2,65 +2,183 @@
 
 SDAR's gate and gap, OPID's Δ and RLSD's reweighting read a teacher's log-probs of the tokens the student sampled,
 under the *rollout-time* parameters (π_old) or a frozen checkpoint, on the student's prompt or on a privileged one.
-The trainer scores them here, once per iteration: each teacher sequence is forwarded exactly once, packed into rows
-like the update's, through the fused scoring step's policy branch (no gradient is taken). The train step then reads
-them from the batch, so no micro-batch re-scores the teacher and no gradient reaches a gate or a gap.
+The trainer scores them here, once per iteration, without a gradient; the train step reads them from the batch, so
+no micro-batch re-scores the teacher and no gradient reaches a gate or a gap.
+
+Two things keep this pass cheap, since only the completion tokens are read:
+- **Shared prefixes.** The sequences of one prefix key (by default a GRPO group: one task, its G rollouts and all
+  their turns) share a long common prompt: the skill prefix and the template's head. It is forwarded once per key;
+  each sequence's remaining tokens attend to its keys and values as a cache (`transformer.forward(cache_shared=True)`),
+  packed into rows like the update's. A causal model's states of a token depend only on the tokens before it, so the
+  log-probs are those of a forward of the whole sequence (to rounding: the attention sums in another order).
+- **Statistics at completion tokens only.** The vocab-chunked log-softmax (and top-k) runs on the hidden states that
+  predict completion tokens, gathered per row, not on every position of the prompts.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Hashable, List, Optional, Sequence, Tuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from agentopd_jax.batching.collate import TeacherSignal, collate, pack_rows, round_up
+from agentopd_jax.batching.collate import TeacherSignal, pack_rows, round_up
 from agentopd_jax.batching.samples import Sample
+from agentopd_jax.models import transformer
 from agentopd_jax.models.config import ModelConfig
-from agentopd_jax.scoring.fused import ScoreConfig, make_score_fn
+from agentopd_jax.scoring.chunked import token_stats
 
-PAD_MULTIPLE = 128  # row-width bucket, as the update's (bounds recompilation)
+PAD_MULTIPLE = 128  # row and prefix width bucket, as the update's (bounds recompilation)
+SCORED_MULTIPLE = 32  # bucket of the completion positions scored per row
+MIN_SHARED = 64  # a common prompt shorter than this is not worth a prefix pass: its sequences are scored whole
+
+
+def shared_prefixes(samples: Sequence[Sample], keys: Sequence[Hashable], min_shared: int = MIN_SHARED
+                    ) -> Tuple[List[int], List[List[int]]]:
+  """(per sample: the index of its shared prefix or -1, the prefixes' token ids).
+
+  Samples of one key share the longest common prefix of their prompts, but never a sample's whole prompt (its last
+  prompt token predicts the first completion token, so it stays in the sample's own row). A key with one sample or
+  a common prefix under `min_shared` tokens shares nothing."""
+  by_key: Dict[Hashable, List[int]] = {}
+  for i, k in enumerate(keys):
+    by_key.setdefault(k, []).append(i)
+  which, prefixes = [-1] * len(samples), []
+  for members in by_key.values():
+    first = samples[members[0]].prompt_ids
+    n = min(len(samples[i].prompt_ids) for i in members) - 1
+    for i in members[1:]:
+      other = samples[i].prompt_ids
+      n = next((j for j in range(n) if first[j] != other[j]), n)
+    if len(members) > 1 and n >= min_shared:
+      for i in members:
+        which[i] = len(prefixes)
+      prefixes.append(list(first[:n]))
+  return which, prefixes
+
+
+@functools.lru_cache(maxsize=None)
+def _scorer(config: ModelConfig, top_k: int, temperature: float, prefixed: bool):
+  """jit: (params, prefix cache or None, rows) -> log-probs [B, C] (and top-k ids and log-probs [B, C, k]) of the
+  targets at the gathered positions. With `prefixed`, row b continues prefix `rows["prefix"][b]` of the cache."""
+
+  def run(params, prefix_cache, rows):
+    cache = None
+    if prefixed:
+      pick = rows["prefix"]
+      cache = transformer.KVCache(k=jnp.take(prefix_cache.k, pick, axis=1), v=jnp.take(prefix_cache.v, pick, axis=1),
+                                  segment_ids=prefix_cache.segment_ids[pick], lengths=prefix_cache.lengths[pick])
+    hidden, _ = transformer.forward(config, params, rows["tokens"], rows["positions"], rows["segment_ids"], cache,
+                                    cache_shared=prefixed)
+    at = jnp.take_along_axis(hidden, rows["at"][..., None], axis=1)
+    st = token_stats(at, transformer.unembed_weight(config, params), rows["targets"], top_k=top_k,
+                     temperature=temperature, compute_dtype=config.compute_dtype)
+    return st.logprobs, st.topk_ids, st.topk_logprobs
+
+  return jax.jit(run)
+
+
+@functools.lru_cache(maxsize=None)
+def _prefill(config: ModelConfig):
+  """jit: (params, prefix tokens [G, P], their segment ids) -> the prefixes' KV cache."""
+  def run(params, tokens, segment_ids):
+    cache = transformer.KVCache.init(config, tokens.shape[0], tokens.shape[1])
+    _, cache = transformer.forward(config, params, tokens, None, segment_ids, cache, cache_empty=True)
+    return cache
+  return jax.jit(run)
+
+
+def _rows(samples, layout, skip, width, rows, scored):
+  """Host arrays of rows: each row packs the samples of `layout[r]`, each without its first `skip[i]` tokens (the
+  shared prefix, whose length is also where its positions start); `at`/`targets` index the hidden state that
+  predicts each completion token and that token, `scored` per row."""
+  out = {name: np.zeros((rows, width), np.int32) for name in ("tokens", "positions", "segment_ids")}
+  out.update(at=np.zeros((rows, scored), np.int32), targets=np.zeros((rows, scored), np.int32))
+  spans = []
+  for b, row in enumerate(layout):
+    offset, slot, mine = 0, 0, []
+    for seg, i in enumerate(row, 1):
+      s = samples[i]
+      ids = (list(s.prompt_ids) + list(s.completion_ids))[skip[i]:]
+      n = len(ids)
+      out["tokens"][b, offset:offset + n] = ids
+      out["positions"][b, offset:offset + n] = skip[i] + np.arange(n)
+      out["segment_ids"][b, offset:offset + n] = seg
+      first = offset + len(s.prompt_ids) - skip[i]  # the first completion token's place in the row
+      c = len(s.completion_ids)
+      out["at"][b, slot:slot + c] = np.maximum(np.arange(first - 1, first - 1 + c), 0)  # no prompt: not scored
+      out["targets"][b, slot:slot + c] = s.completion_ids
+      mine.append((i, slot))
+      offset, slot = offset + n, slot + c
+    spans.append(mine)
+  return out, spans
 
 
 def score_teacher(model: ModelConfig, params, samples: Sequence[Sample], *, top_k: int = 0, temperature: float = 1.0,
-                  pack_width: int = 0, rows_per_call: int = 16, mesh: Optional[Mesh] = None) -> List[TeacherSignal]:
+                  pack_width: int = 0, rows_per_call: int = 16, mesh: Optional[Mesh] = None,
+                  prefix_keys: Optional[Sequence[Hashable]] = None) -> List[TeacherSignal]:
   """Per sample, the log-prob under `params` of each completion token given its prompt and earlier tokens (zero on
   observation tokens), and with `top_k` > 0 the k most likely ids there and their log-probs.
 
-  `samples` are the teacher's sequences: the student's completion after the teacher's prompt. Rows of `pack_width`
-  tokens (0: one sample per row) go `rows_per_call` at a time (rounded up to the mesh's data-parallel size) through
-  one jitted scoring call, so an iteration compiles one or two shapes.
+  `samples` are the teacher's sequences: the student's completion after the teacher's prompt. Samples of one
+  `prefix_keys` entry (default: their GRPO group) share their common prompt prefix (`shared_prefixes`), forwarded
+  once. The rest of each sample goes into rows of `pack_width` tokens (0: one sample per row), `rows_per_call` at a
+  time (rounded up to the mesh's data-parallel size) through one jitted call, so an iteration compiles few shapes.
   """
   if not samples:
     return []
-  score = make_score_fn(model, ScoreConfig(policy=True, reference=False, teacher="none", top_k=top_k,
-                                           temperature=temperature, entropy=False))
-  width = max(pack_width, round_up(max(s.length for s in samples), PAD_MULTIPLE))
-  layout = pack_rows([s.length for s in samples], width) if pack_width else [[i] for i in range(len(samples))]
+  keys = [s.group_id for s in samples] if prefix_keys is None else list(prefix_keys)
+  which, prefixes = shared_prefixes(samples, keys)
+  skip = [len(prefixes[w]) if w >= 0 else 0 for w in which]
   data_parallel = mesh.shape["data"] * mesh.shape["fsdp"] if mesh is not None else 1
-  rows = round_up(min(rows_per_call, len(layout)), data_parallel)
+  shard = (lambda x: jax.device_put(x, NamedSharding(mesh, P(("data", "fsdp"))))) if mesh is not None else jnp.asarray
+  replicate = (lambda x: jax.device_put(x, NamedSharding(mesh, P()))) if mesh is not None else (lambda x: x)
+
+  prefix_cache = None
+  if prefixes:
+    n, capacity = round_up(len(prefixes), 8), round_up(max(map(len, prefixes)), PAD_MULTIPLE)
+    tokens, segments = np.zeros((n, capacity), np.int32), np.zeros((n, capacity), np.int32)
+    for g, ids in enumerate(prefixes):
+      tokens[g, :len(ids)], segments[g, :len(ids)] = ids, 1
+    prefix_cache = replicate(_prefill(model)(params, jnp.asarray(tokens), jnp.asarray(segments)))
+
   out: List[Optional[TeacherSignal]] = [None] * len(samples)
-  for start in range(0, len(layout), rows):
-    chunk = layout[start:start + rows]
-    batch = collate(samples, [0.0] * len(samples), PAD_MULTIPLE, rows=rows, pack_width=width, layout=chunk)
-    inputs = batch.score_batch()
-    if mesh is not None:
-      inputs = jax.device_put(inputs, jax.tree.map(lambda x: NamedSharding(mesh, P(("data", "fsdp"))), inputs))
-    scores = score(params, None, None, inputs)
-    logprobs = np.asarray(scores.policy_logprobs)
-    ids = np.asarray(scores.policy_topk_ids) if top_k else None
-    topk = np.asarray(scores.policy_topk_logprobs) if top_k else None
-    for b, row in enumerate(chunk):
-      offset = 0
-      for i in row:
-        s = samples[i]
-        span = slice(offset + len(s.prompt_ids), offset + s.length)
-        out[i] = TeacherSignal(logprobs=logprobs[b, span].copy(),
-                               topk_ids=None if ids is None else ids[b, span].copy(),
-                               topk_logprobs=None if topk is None else topk[b, span].copy())
-        offset += s.length
+  for prefixed in (True, False):
+    chosen = [i for i in range(len(samples)) if (which[i] >= 0) == prefixed]
+    if not chosen:
+      continue
+    width = max(pack_width, round_up(max(samples[i].length - skip[i] for i in chosen), PAD_MULTIPLE))
+    if not pack_width:
+      layout = [[i] for i in chosen]
+    else:  # a row packs samples of one prefix only (or, without one, any)
+      parts = [[i for i in chosen if which[i] == g] for g in range(len(prefixes))] if prefixed else [chosen]
+      layout = [[part[j] for j in row] for part in parts
+                for row in pack_rows([samples[i].length - skip[i] for i in part], width)]
+    rows = round_up(min(rows_per_call, len(layout)), data_parallel)
+    scored = round_up(max(sum(len(samples[i].completion_ids) for i in row) for row in layout), SCORED_MULTIPLE)
+    score = _scorer(model, top_k, float(temperature), prefixed)
+    for start in range(0, len(layout), rows):
+      chunk = layout[start:start + rows]
+      host, spans = _rows(samples, chunk, skip, width, rows, scored)
+      if prefixed:
+        host["prefix"] = np.asarray([which[row[0]] for row in chunk] + [0] * (rows - len(chunk)), np.int32)
+      logprobs, ids, topk = score(params, prefix_cache if prefixed else None, {k: shard(v) for k, v in host.items()})
+      logprobs = np.asarray(logprobs)
+      ids, topk = (np.asarray(ids), np.asarray(topk)) if top_k else (None, None)
+      for b, mine in enumerate(spans):
+        for i, slot in mine:
+          s = samples[i]
+          span = slice(slot, slot + len(s.completion_ids))
+          on = np.asarray(s.completion_mask) > 0
+          on[:1] &= len(s.prompt_ids) > 0  # a first token with nothing before it has no prediction
+          out[i] = TeacherSignal(logprobs=np.where(on, logprobs[b, span], 0.0).astype(np.float32),
+                                 topk_ids=None if ids is None else np.where(on[:, None], ids[b, span], 0),
+                                 topk_logprobs=None if topk is None else np.where(on[:, None], topk[b, span], 0.0)
+                                 .astype(np.float32))
   return out
 
 

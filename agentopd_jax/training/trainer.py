@@ -268,6 +268,9 @@ class Trainer:
                     "time/advantage_s": t2 - t1, "time/update_s": t3 - t2, "time/iteration_s": t3 - t0,
                     "batch/width": minibatches[0].tokens.shape[-1] if minibatches else 0,
                     "batch/updates": len(updates)})
+    # This process's rollout work (multi-host: its own share, played in parallel with the others').
+    metrics.update({f"rollout/{k}": it.rollout.stats[k]
+                    for k in ("prefill_tokens", "generated_tokens", "decode_steps")})
     counts = np.sum(distributed.allgather([  # over every process's share
         len(samples), len(trained), sum(b.tokens.shape[0] * b.tokens.shape[1] for b in minibatches),
         sum(int(b.segment_ids.astype(bool).sum()) for b in minibatches),
