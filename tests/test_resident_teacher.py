@@ -1,5 +1,6 @@
 """ResidentTeacher: exactly one teacher's arrays alive through swaps, bitwise restores, no-op reloads, shardings."""
 import collections
+import gc
 
 import jax
 import numpy as np
@@ -32,7 +33,10 @@ def pool_dir(tmp_path_factory):
 
 
 def _param_arrays_alive() -> int:
-  """Live jax arrays with the shape and dtype of some parameter (a Counter, so repeated shapes count once each)."""
+  """Live jax arrays with the shape and dtype of some parameter (a Counter, so repeated shapes count once each).
+  Unreachable arrays (in reference cycles left by earlier tests of the worker) are collected first, so that the count
+  does not depend on when the garbage collector last ran."""
+  gc.collect()
   kinds = collections.Counter((a.shape, a.dtype) for a in jax.tree.leaves(transformer.abstract_params(CONFIG)))
   return sum(1 for x in jax.live_arrays() if (x.shape, x.dtype) in kinds)
 
