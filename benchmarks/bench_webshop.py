@@ -20,7 +20,7 @@ import random
 import sys
 import time
 
-from common import emit_json
+from common import best_time, emit_json
 
 
 def log(msg: str) -> None:
@@ -36,15 +36,6 @@ def parse_args(argv=None):
   p.add_argument("--repeats", type=int, default=3, help="passes per measurement (best reported)")
   p.add_argument("--out", help="also write the JSON here")
   return p.parse_args(argv)
-
-
-def best_of(repeats: int, fn) -> float:
-  times = []
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - t0)
-  return min(times)
 
 
 def main(argv=None):
@@ -66,12 +57,12 @@ def main(argv=None):
       env.step(f"click[{env.available_actions()['clickables'][2]}]")
       env.step("click[buy now]")
 
-  cycle_s = best_of(args.repeats, cycles)
+  cycle_s = best_time(cycles, args.repeats, warm=False)
   log(f"cycles: {args.cycles / cycle_s:.0f}/s")
 
   rng = random.Random(0)
   queries = [shop.goals[i % len(shop.goals)]["instruction_text"].split(" ") for i in range(args.queries)]
-  query_s = best_of(args.repeats, lambda: [shop.engine.search(q, rng) for q in queries])
+  query_s = best_time(lambda: [shop.engine.search(q, rng) for q in queries], args.repeats, warm=False)
   log(f"bm25: {args.queries / query_s:.0f} queries/s")
 
   plans = [plan(shop, i) for i in range(min(args.expert_goals, len(shop.goals)))]

@@ -12,6 +12,18 @@ def emit_json(result: dict, out: str | None) -> None:
       f.write(text + "\n")
 
 
+def best_time(fn, n: int = 5, warm: bool = True) -> float:
+  """The fastest of `n` timed calls of `fn` (after one untimed call when `warm`: compilation, caches)."""
+  if warm:
+    fn()
+  times = []
+  for _ in range(n):
+    t0 = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - t0)
+  return min(times)
+
+
 def machine_roofline() -> dict:
   """What this CPU sustains: f32 GEMM throughput (JAX, and torch when it imports) and weight-streaming bandwidth (a
   skinny matmul over a 128 MiB matrix, the shape of a decode step). Used to judge how close each side is to the
@@ -19,21 +31,12 @@ def machine_roofline() -> dict:
   import jax
   import jax.numpy as jnp
 
-  def best(fn, n=5):
-    fn()
-    ts = []
-    for _ in range(n):
-      t0 = time.perf_counter()
-      fn()
-      ts.append(time.perf_counter() - t0)
-    return min(ts)
-
   m, k, n = 4096, 512, 4096
   a, b = jnp.ones((m, k), jnp.float32), jnp.ones((k, n), jnp.float32)
   mm = jax.jit(lambda a, b: a @ b)
-  t_jax = best(lambda: mm(a, b).block_until_ready())
+  t_jax = best_time(lambda: mm(a, b).block_until_ready())
   w, x = jnp.ones((512, 65536), jnp.float32), jnp.ones((8, 512), jnp.float32)
-  t_mv = best(lambda: mm(x, w).block_until_ready())
+  t_mv = best_time(lambda: mm(x, w).block_until_ready())
   out = {"jax_sgemm_gflops": round(2 * m * k * n / t_jax / 1e9, 1)}
   try:
     import torch
@@ -41,7 +44,7 @@ def machine_roofline() -> dict:
     torch = None
   if torch is not None:
     ta, tb = torch.ones(m, k), torch.ones(k, n)
-    t_torch = best(lambda: ta @ tb)
+    t_torch = best_time(lambda: ta @ tb)
     out["torch_sgemm_gflops"] = round(2 * m * k * n / t_torch / 1e9, 1)
   out["jax_weight_stream_gb_per_s"] = round(w.nbytes / t_mv / 1e9, 1)
   return out

@@ -20,20 +20,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 
-from common import emit_json, machine_roofline
-
-
-def _best(fn, n=5):
-  fn()
-  times = []
-  for _ in range(n):
-    t0 = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - t0)
-  return min(times)
+from common import best_time, emit_json, machine_roofline
 
 
 def gemm_roof(model, dtype: str) -> dict:
@@ -48,7 +37,7 @@ def gemm_roof(model, dtype: str) -> dict:
   per = {}
   for n in widths:
     a, b = jnp.ones((8192, d), dt), jnp.ones((d, n), dt)
-    per[n] = round(2 * 8192 * d * n / _best(lambda: dot(a, b).block_until_ready()) / 1e9, 1)
+    per[n] = round(2 * 8192 * d * n / best_time(lambda: dot(a, b).block_until_ready()) / 1e9, 1)
   return {"gflops": max(per.values()), "by_width": per}
 
 
