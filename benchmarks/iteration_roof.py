@@ -7,7 +7,9 @@ the work of its iterations 2.. is read from `logs/metrics.jsonl` and `config.jso
   last prompt token goes through the first decode step) and `rollout/decode_steps` steps that generate
   `rollout/generated_tokens` tokens, each step streaming the weights once;
 - update: `batch/tokens` real tokens forward and backward (backward = 2x forward), the log-softmax over the vocab at
-  every position, plus a reference forward when `loss.kl_coef` > 0.
+  every position, plus a reference forward when `loss.kl_coef` > 0; and `batch/prefix_tokens`, the shared prompt
+  heads forwarded once per mini-batch, forward and backward without the vocab (their attention is not counted, nor
+  the rows' attention to them: the roof stays a lower bound).
 The roof prices matmul and attention FLOPs at the GEMM throughput measured here, in the run's compute precision, on
 the model's own projection shapes (bf16: bf16 x bf16 -> f32, the kernel `models.matmul` feeds), and a decode step at
 the larger of its FLOPs and one read of the weights in that precision at the measured weight-streaming bandwidth.
@@ -84,9 +86,10 @@ def run_roof(run: Path, machine: dict, gemm: dict) -> dict:
   decode_s = steps * max(weights / bandwidth, step_flops / roof)
   tokens = mean("batch/tokens")
   length = tokens / max(mean("batch/trained_samples"), 1.0)
-  update_flops = 3 * forward_flops(model, tokens, (length + 1) / 2, tokens)
+  heads = mean("batch/prefix_tokens")
+  update_flops = 3 * (forward_flops(model, tokens, (length + 1) / 2, tokens) + forward_flops(model, heads, 0, 0))
   if config["loss"]["kl_coef"] > 0:
-    update_flops += forward_flops(model, tokens, (length + 1) / 2, tokens)
+    update_flops += forward_flops(model, tokens, (length + 1) / 2, tokens) + forward_flops(model, heads, 0, 0)
   update_s = update_flops / roof
   parts = {
       "generate": {"measured_s": mean("time/generate_s"), "roof_s": prefill_s + decode_s,
@@ -107,7 +110,7 @@ def run_roof(run: Path, machine: dict, gemm: dict) -> dict:
   roof_total = sum(p["roof_s"] for p in parts.values())
   return {"run": str(run), "dtype": dtype, "iterations": len(later),
           "work": {"samples": samples, "prefill_tokens": prefill, "generated_tokens": generated,
-                   "decode_steps": steps, "update_tokens": tokens, "mean_sample_tokens": round(length, 1),
+                   "decode_steps": steps, "update_tokens": tokens, "update_prefix_tokens": heads, "mean_sample_tokens": round(length, 1),
                    "weight_bytes": weights},
           "parts": parts, "iteration_s": round(iteration, 2), "roof_s": round(roof_total, 3),
           "ratio": round(iteration / roof_total, 2),

@@ -203,12 +203,18 @@ def test_the_single_section_fixture_holds_the_same_presets():
 @pytest.mark.parametrize("entry", sorted(_BEFORE))
 def test_upgrade_gives_the_group_values(entry):
   """Every value is kept: `upgrade` of the single-section values, plus (in a run config) the defaults of the sections
-  that layout never had, equals the group values, value for value and type for type (JSON type and recorded
+  that layout never had and the preset's values of the fields added since to its sections (`share_prefixes`,
+  `rollout.share_prefill`), equals the group values, value for value and type for type (JSON type and recorded
   ConfigDict type)."""
   from agentopd_jax.training.config import upgrade
 
   before, now = _BEFORE[entry], _fixture()[entry]
   values, types = _added_sections() if "env.name" in before["values"] else ({}, {})
+  if "env.name" in before["values"]:
+    known = {_group_path(path) for old in _BEFORE.values() for path in old["values"]}
+    added = [p for p in now["values"] if p not in known and (p not in values or "." not in p)]
+    values = {**values, **{p: now["values"][p] for p in added}}
+    types = {**types, **{p: now["types"][p] for p in added if p in now["types"]}}
   upgraded = {"values": {**_dotted(upgrade(nested(before["values"]))), **values},
               "types": {**{_group_path(path): name for path, name in before["types"].items()}, **types}}
   lines = diff(now, upgraded)

@@ -31,7 +31,9 @@ FLAGS = {"env.num_workers": 1, "mesh_shape": "(1,8,1)", "sft.steps": 2, "sft.dem
          "validation.every": 1, "logging.plot": False, "logging.tensorboard": False,
          # A barely trained policy earns the same (zero) reward in every episode, so GRPO's advantages are 0: the
          # entropy bonus at a high rate makes the update move every weight, through the same gradient path.
-         "loss.entropy_coef": 0.01, "optim.learning_rate": 1e-3}
+         "loss.entropy_coef": 0.01, "optim.learning_rate": 1e-3,
+         # Several processes train whole rows (no shared prompt heads); so does the one-process run they must match.
+         "share_prefixes": False}
 # From the GRPO run's last checkpoint, no SFT. SDAR + OPID: a UCB retriever (its feedback is gathered), OPID's shift
 # at weight 1 and normalised over the whole batch. Agentic-OPD: every sample distilled (LAD off: the tiny teacher
 # wins nothing, so LAD would route none).

@@ -142,7 +142,8 @@ def test_blocked_attention_matches_einsum_attention(dtype, tol):
 @pytest.mark.parametrize("shared", [False, True])
 def test_blocked_attention_over_a_cache_matches_einsum_attention(dtype, tol, shared):
   """A chunk that continues a cache of S = 20 slots (some empty): every query block also scores the cached keys, per
-  segment or (a shared prefix) for every segment of the chunk."""
+  segment or (a shared prefix) for every segment of the chunk; the flash backward's gradients (queries, the chunk's
+  keys and values, and the cache's) match autodiff of the einsum attention."""
   rng = np.random.default_rng(2)
   b, t, s, h, kv, hd = 3, 40, 20, 4, 2, 16
   mask, valid = _packed_mask(b, t, 2)
@@ -159,6 +160,18 @@ def test_blocked_attention_over_a_cache_matches_einsum_attention(dtype, tol, sha
   out = blocked_attention(q, k, v, mask, block=16, cache=(ck, cv, cache_mask))
   assert out.dtype == dtype and out.shape == q.shape
   np.testing.assert_allclose(np.asarray(out, np.float32) * valid, ref, atol=tol)
+
+  weight = jnp.asarray(rng.normal(size=q.shape), jnp.float32) * valid  # padding rows feed nothing
+  def loss(attend):
+    return lambda q, k, v, ck, cv: jnp.sum(attend(q, k, v, ck, cv).astype(jnp.float32) * weight)
+  blocked = loss(lambda q, k, v, ck, cv: blocked_attention(q, k, v, mask, block=16, cache=(ck, cv, cache_mask)))
+  einsum = loss(lambda q, k, v, ck, cv: transformer._xla_attention(q, k, v, mask, (ck, cv), cache_mask))
+  got = jax.grad(blocked, argnums=range(5))(q, k, v, ck, cv)
+  want = jax.grad(einsum, argnums=range(5))(q, k, v, ck, cv)
+  for g, w in zip(got, want):
+    assert g.dtype == dtype
+    scale = float(jnp.max(jnp.abs(w.astype(jnp.float32))))
+    np.testing.assert_allclose(np.asarray(g, np.float32), np.asarray(w, np.float32), atol=tol * scale)
 
 
 def test_f32_never_enters_the_low_precision_path():

@@ -117,7 +117,7 @@ def test_prefill_temporaries_match_the_compiled_sampler(mesh_shape):
   state = sampler.DecodeState(cache=_placed(cache, transformer.cache_shardings(cache, mesh)),
                               pending=jax.ShapeDtypeStruct((rows,), jnp.int32))
   params = _placed(transformer.abstract_params(SMALL), transformer.param_shardings(SMALL, mesh))
-  append, _ = sampler._jitted_steps(SMALL, mesh)
+  append = sampler._jitted_steps(SMALL, mesh)[0]
   lengths = jax.ShapeDtypeStruct((rows,), jnp.int32)
   compiled = append.lower(params, state, jax.ShapeDtypeStruct((rows, width), jnp.int32), lengths, lengths,
                           cache_empty=True).compile().memory_analysis()

@@ -17,6 +17,7 @@ import pytest
 pytest.importorskip("alfworld", reason="generating games needs the alfworld wheel's domain files ([envs] extra)")
 
 from agentopd_jax.batching.collate import collate  # noqa: E402
+from agentopd_jax.batching.prefixes import shared_prefixes  # noqa: E402
 from agentopd_jax.envs.alfworld import data, generator  # noqa: E402
 from agentopd_jax.envs.alfworld.env import AlfworldEnv  # noqa: E402
 from agentopd_jax.envs.vector import VectorEnv, group_tasks  # noqa: E402
@@ -28,7 +29,7 @@ from agentopd_jax.rollout.demonstrations import demonstration_samples  # noqa: E
 from agentopd_jax.rollout.engine import RolloutConfig, RolloutEngine  # noqa: E402
 from agentopd_jax.envs.alfworld.text import AlfworldText  # noqa: E402
 from agentopd_jax.rollout.text_envs import make_text_env  # noqa: E402
-from agentopd_jax.sampling.sampler import Sampler, SamplingParams  # noqa: E402
+from agentopd_jax.sampling.sampler import SHARE_WHEN_SAVED, Sampler, SamplingParams  # noqa: E402
 from agentopd_jax.scoring.fused import ScoreConfig, make_score_fn  # noqa: E402
 
 MAX_STEPS = 4
@@ -101,11 +102,27 @@ def test_masks_ids_and_logprobs_line_up(setup, layout):
       assert len(mine) == 1 and mine[0].step_index == -1
       runs = np.diff(np.concatenate([[0], mine[0].completion_mask, [0]]))
       assert (runs == 1).sum() == ep.length  # one generated block per env step
-  # The work counters: every prompt or observation chunk prefilled, every generated token, and per generate call
-  # the longest row's tokens (the decode loop's steps).
+  # The work counters: every prompt or observation chunk prefilled (less what the shared heads of a group's prompts
+  # saved where a call shares them: their tokens are prefilled once per group and turn), every generated token, and
+  # per generate call the longest row's tokens (the decode loop's steps).
+  def saved(prompts):
+    which, heads = shared_prefixes(prompts)
+    return sum(len(heads[w]) for w in which if w >= 0) - sum(map(len, heads))
+
+  shared = 0
+  for turn in sorted({s.step_index for s in samples}):
+    calls = [s for s in samples if s.step_index == turn]
+    groups = {}
+    for s in calls:
+      groups.setdefault(s.group_id, []).append(s.prompt_ids)
+    spared = sum(saved(prompts) for prompts in groups.values())
+    padding = -len(calls) % RolloutConfig().batch_bucket if layout == "step" else 0  # one-token padding rows
+    if spared * SHARE_WHEN_SAVED >= sum(len(s.prompt_ids) for s in calls) + padding:
+      shared += spared
+  assert shared > 0  # the first turn's prompts of a group are one prompt
   if layout == "step":
     blocks = [(s.step_index, len(s.completion_ids)) for s in samples]
-    prefilled = sum(len(s.prompt_ids) for s in samples)
+    prefilled = sum(len(s.prompt_ids) for s in samples) - shared
   else:
     blocks = []
     for s in samples:
@@ -113,7 +130,7 @@ def test_masks_ids_and_logprobs_line_up(setup, layout):
       starts, ends = np.flatnonzero(np.diff(np.concatenate([[0], mask])) == 1), \
           np.flatnonzero(np.diff(np.concatenate([mask, [0]])) == -1)
       blocks += [(turn, int(e - b + 1)) for turn, (b, e) in enumerate(zip(starts, ends))]
-    prefilled = sum(len(s.prompt_ids) + int((np.asarray(s.completion_mask) == 0).sum()) for s in samples)
+    prefilled = sum(len(s.prompt_ids) + int((np.asarray(s.completion_mask) == 0).sum()) for s in samples) - shared
   longest = {}
   for turn, n in blocks:
     longest[turn] = max(longest.get(turn, 0), n)

@@ -234,3 +234,29 @@ def test_row_keys_make_a_row_independent_of_its_batch(params):
                                together.policy_logprobs[i, :together.lengths[i]], atol=1e-5)
   with pytest.raises(ValueError, match="one per row"):
     Sampler(CONFIG).generate(params, prompts, keys[:2], sampling)
+
+
+def test_shared_heads_prefill_once_and_sample_like_whole_prompts(params):
+  """Rows of one key prefill the head their prompts share once (`prefix_keys`); the cache then continues as a whole
+  prompt's would: the same greedy tokens and log-probs (to rounding) now and after a continuation, and the saved
+  prefill is reported. Rows of other keys, or of none, share nothing."""
+  rng = np.random.default_rng(0)
+  head = rng.integers(1, 300, 90).tolist()
+  prompts = ([head + rng.integers(1, 300, int(rng.integers(1, 20))).tolist() for _ in range(4)]
+             + [rng.integers(1, 300, 30).tolist(), head + [5], head + [6, 7]])
+  keys = [0, 0, 0, 0, None, 0, 1]  # the last row shares the head's tokens but not the key
+  sampler = Sampler(CONFIG, pad_id=0)
+  sp = SamplingParams(max_new_tokens=12, temperature=0.0)
+  whole = sampler.generate(params, prompts, jax.random.key(1), sp, cache_size=160)
+  shared = sampler.generate(params, prompts, jax.random.key(1), sp, cache_size=160, prefix_keys=keys)
+  assert whole.prefill_saved == 0 and shared.prefill_saved == 5 * 90 - 90  # five rows skip the head, forwarded once
+  np.testing.assert_array_equal(shared.tokens, whole.tokens)
+  np.testing.assert_allclose(shared.policy_logprobs, whole.policy_logprobs, atol=1e-5)
+  np.testing.assert_array_equal(np.asarray(shared.state.cache.lengths), np.asarray(whole.state.cache.lengths))
+  obs = [rng.integers(1, 300, 5).tolist() for _ in prompts]
+  after_whole = sampler.continue_generation(params, whole.state, obs, jax.random.key(2), sp)
+  after_shared = sampler.continue_generation(params, shared.state, obs, jax.random.key(2), sp)
+  np.testing.assert_array_equal(after_shared.tokens, after_whole.tokens)
+  np.testing.assert_allclose(after_shared.policy_logprobs, after_whole.policy_logprobs, atol=1e-5)
+  with pytest.raises(ValueError, match="prefix_keys"):
+    sampler.generate(params, prompts, jax.random.key(1), sp, prefix_keys=[0])

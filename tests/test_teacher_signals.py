@@ -1,8 +1,6 @@
 """Teacher signals scored once per batch: packed or not, with shared prompt prefixes or not, they equal a direct
 forward of the teacher's sequence, top-k included; SDAR's privileged prompt (raw prefix, re-encoded, left-truncated);
 the per-turn metrics."""
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -16,7 +14,7 @@ from agentopd_jax.models.config import preset
 from agentopd_jax.models.tokenizer import apply_chat_template, builtin_tokenizer
 from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.rollout.chat import raw_prefixed_ids, templated_text
-from agentopd_jax.scoring.teacher_signals import MIN_SHARED, score_teacher, shared_prefixes
+from agentopd_jax.scoring.teacher_signals import score_teacher
 from agentopd_jax.methods.sdar.teacher import TeacherConfig, signal_metrics
 
 CONFIG = preset("tiny", vocab_size=300, num_layers=2, hidden_size=64, intermediate_size=128, num_heads=4,
@@ -82,22 +80,6 @@ def _prefixed_samples(seed=0):
   return out
 
 
-def test_shared_prefixes_are_the_longest_common_prompt_prefix_of_a_key():
-  samples = _prefixed_samples()
-  which, prefixes = shared_prefixes(samples, [s.group_id for s in samples])
-  assert which == [0] * 4 + [1] * 4 + [-1] * 4  # unrelated prompts share less than MIN_SHARED: scored whole
-  assert prefixes[0] == samples[0].prompt_ids[:80] and len(prefixes[1]) >= 130
-  assert all(s.prompt_ids[:len(prefixes[w])] == prefixes[w] and len(s.prompt_ids) > len(prefixes[w])
-             for s, w in zip(samples, which) if w >= 0)
-  # One sample alone shares nothing; a prefix never swallows a whole prompt.
-  assert shared_prefixes(samples[:1], [0]) == ([-1], [])
-  twins = [samples[4], dataclasses.replace(samples[4], completion_ids=[5, 6], completion_mask=[1, 1],
-                                           behaviour_logprobs=[0.0, 0.0])]
-  assert shared_prefixes(twins, [0, 0])[1][0] == samples[4].prompt_ids[:-1]
-  assert shared_prefixes(twins, [0, 1]) == ([-1, -1], [])  # other keys: nothing shared
-  assert MIN_SHARED > 20
-
-
 @pytest.mark.parametrize("pack_width,rows", [(0, 3), (256, 2)])
 def test_shared_prefix_scores_equal_a_direct_forward(pack_width, rows):
   params = transformer.init_params(CONFIG, jax.random.key(2))
@@ -111,7 +93,7 @@ def test_shared_prefix_scores_equal_a_direct_forward(pack_width, rows):
     np.testing.assert_allclose(sig.topk_logprobs[on], top[on], atol=1e-5)
     assert (sig.topk_ids[~on] == 0).all() and (sig.logprobs[~on] == 0).all()
   meshed = score_teacher(CONFIG, params, samples, top_k=3, pack_width=pack_width, rows_per_call=rows,
-                         temperature=0.8, mesh=make_mesh((8, 1, 1)), prefix_keys=[0] * len(samples))
+                         temperature=0.8, mesh=make_mesh((8, 1, 1)))
   for a, b in zip(got, meshed):
     np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
 

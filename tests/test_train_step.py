@@ -249,3 +249,125 @@ def test_pack_rows_places_every_sample_once_within_the_width(lengths, width):
 def test_pack_rows_rejects_a_sample_wider_than_the_row():
   with pytest.raises(ValueError, match="over the row width 8"):
     pack_rows([3, 9], 8)
+
+
+def _grouped_samples(seed=0):
+  """Three tasks x 6 rollouts: each task's prompts open with one head of 70-100 tokens (a skill text), then differ;
+  the first rollout's prompt is the head + 1 token; plus 3 samples that share nothing."""
+  rng = np.random.default_rng(seed)
+  out = []
+  for task in range(3):
+    head = rng.integers(3, CONFIG.vocab_size, int(rng.integers(70, 100))).tolist()
+    for j in range(6):
+      tail = rng.integers(3, CONFIG.vocab_size, 1 if j == 0 else int(rng.integers(5, 30))).tolist()
+      out.append(head + tail)
+  out += [rng.integers(3, CONFIG.vocab_size, int(rng.integers(20, 60))).tolist() for _ in range(3)]
+  samples = []
+  for i, prompt in enumerate(out):
+    r = int(rng.integers(2, 12))
+    samples.append(Sample(prompt_ids=prompt, completion_ids=rng.integers(3, CONFIG.vocab_size, r).tolist(),
+                          completion_mask=[1] * r,
+                          behaviour_logprobs=(-np.log(CONFIG.vocab_size) + 0.05 * rng.standard_normal(r)).tolist(),
+                          group_id=i // 6, problem_id=str(i // 6), traj_id=i, step_index=0, action_valid=1.0))
+  order = rng.permutation(len(samples))  # tasks interleaved: mini-batches mix them
+  return [samples[i] for i in order], np.where(rng.random(len(samples)) < 0.5, 1.0, -1.0)[order].tolist()
+
+
+def _steps(minibatches, loss, config=CONFIG, mesh=None, teacher=None):
+  optimizer = make_optimizer(OPTIM)
+  params = transformer.init_params(config, jax.random.key(0))
+  state = init_state(params, optimizer, jax.tree.map(jnp.copy, params) if loss.core.kl_coef else None, mesh=mesh,
+                     model=config)
+  step = make_train_step(config, loss, optimizer, mesh, with_reference=bool(loss.core.kl_coef))
+  metrics = []
+  for mb in minibatches:
+    state, m = step(state, mb, teacher)
+    metrics.append(jax.tree.map(float, m))
+  return state.params, metrics
+
+
+@pytest.mark.parametrize("loss", [LOSS, LossParams("agentic_opd", method=AgenticOpdConfig(top_k=4))],
+                         ids=["grpo_kl_entropy", "distill_teacher"])
+def test_shared_prefix_minibatches_train_like_whole_rows(loss):
+  """Heads forwarded once per mini-batch, rows continuing them as a cache: the losses, metrics and updated params of
+  whole packed rows (f32), the gradient reaching the head's tokens through its keys and values. Also on a mesh."""
+  samples, adv = _grouped_samples()
+  teacher = transformer.init_params(CONFIG, jax.random.key(1)) if loss.objective == "agentic_opd" else None
+  whole = make_minibatches(samples, adv, 12, 2, pack_width=128)
+  shared = make_minibatches(samples, adv, 12, 2, pack_width=128, share_prefixes=True)
+  assert shared[0].prefix_tokens.shape[:2] == (1, 4) and shared[0].prefix_of.shape == shared[0].tokens.shape[:2]
+  assert all(int(mb.prefix_segment_ids.max()) >= 1 for mb in shared)
+  heads = sum(int((mb.prefix_segment_ids > 0).sum()) for mb in shared)
+  # Every token is in a row or a head; each head is in the rows of its samples only once.
+  assert (sum(int((mb.segment_ids > 0).sum()) for mb in shared) + heads
+          < sum(int((mb.segment_ids > 0).sum()) for mb in whole))
+  assert float(sum(mb.loss_mask.sum() for mb in shared)) == sum(len(s.completion_ids) for s in samples)
+  want_params, want = _steps(whole, loss, teacher=teacher)
+  got_params, got = _steps(shared, loss, teacher=teacher)
+  for w, g in zip(want, got):
+    for name in w:
+      np.testing.assert_allclose(g[name], w[name], rtol=2e-5, atol=1e-6, err_msg=name)
+  for a, b in zip(jax.tree.leaves(want_params), jax.tree.leaves(got_params)):
+    np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=2e-6, rtol=1e-5)
+  mesh = make_mesh((2, 2, 2))
+  sharded = make_minibatches(samples, adv, 12, 8, pack_width=128, share_prefixes=True, mesh=mesh)
+  assert sharded[0].prefix_tokens.shape[1] % 4 == 0
+  mesh_params, on_mesh = _steps(sharded, loss, mesh=mesh, teacher=teacher)
+  np.testing.assert_allclose(on_mesh[0]["loss"], want[0]["loss"], rtol=2e-5)
+  for a, b in zip(jax.tree.leaves(want_params), jax.tree.leaves(mesh_params)):
+    np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-5)
+
+
+def test_shared_prefix_bf16_step_matches_whole_rows():
+  """The bf16 path (blocked attention over the prefix cache, its flash backward): the whole rows' loss and update
+  to bf16 rounding."""
+  config = CONFIG.replace(dtype="bfloat16")
+  samples, adv = _grouped_samples(seed=1)
+  whole_params, whole = _steps(make_minibatches(samples, adv, 16, 4, pack_width=128), LOSS, config)
+  shared_params, shared = _steps(make_minibatches(samples, adv, 16, 4, pack_width=128, share_prefixes=True), LOSS,
+                                 config)
+  np.testing.assert_allclose(shared[0]["loss"], whole[0]["loss"], rtol=2e-2, atol=1e-3)
+  np.testing.assert_allclose(shared[0]["grad_norm"], whole[0]["grad_norm"], rtol=5e-2)
+  moved = [np.abs(np.asarray(b) - np.asarray(a)).max() for a, b in zip(jax.tree.leaves(whole_params),
+                                                                       jax.tree.leaves(shared_params))]
+  assert max(moved) < 2e-3  # lr 1e-3 x 2 steps: the same direction
+
+
+def test_share_prefixes_needs_packed_rows_on_one_process():
+  samples, adv = _grouped_samples()
+  with pytest.raises(ValueError, match="share_prefixes"):
+    make_minibatches(samples, adv, 8, 2, share_prefixes=True)
+  with pytest.raises(ValueError, match="share_prefixes"):
+    make_minibatches(samples, adv, 8, 2, pack_width=128, share_prefixes=True, agree=lambda v: tuple(v))
+
+
+def test_shared_prefixes_only_where_they_save_token_slots():
+  """Heads cost their own padded rows and split the packing by head, so the iteration keeps whole rows unless the
+  shared layout forwards fewer token slots; a sample longer than a row that shares nothing continues a head of its
+  own, so that rows stay `pack_width` wide."""
+  rng = np.random.default_rng(3)
+  head = rng.integers(3, CONFIG.vocab_size, 66).tolist()
+  def sample(prompt, i, r=4):
+    return Sample(prompt_ids=prompt, completion_ids=rng.integers(3, CONFIG.vocab_size, r).tolist(),
+                  completion_mask=[1] * r, behaviour_logprobs=[-5.0] * r, group_id=0, problem_id="0", traj_id=i,
+                  step_index=0, action_valid=1.0)
+  # Two prompts on a 66-token head, long different tails: sharing saves 66 tokens but costs a head row.
+  few = [sample(head + rng.integers(3, CONFIG.vocab_size, 150).tolist(), i) for i in range(2)]
+  (whole,) = make_minibatches(few, [1.0, -1.0], 2, 2, pack_width=256, share_prefixes=True)
+  assert whole.prefix_tokens is None and whole.prefix_of is None
+  # A long sample that shares nothing beside the grouped ones: its prompt goes to a head row of its own (packed with
+  # the shared heads) and the rows stay 128 wide.
+  grouped, adv = _grouped_samples()
+  samples = grouped + [sample(rng.integers(3, CONFIG.vocab_size, 200).tolist(), 99)]
+  adv = adv + [1.0]
+  (plain,) = make_minibatches(samples, adv, len(samples), 4, pack_width=128)
+  (own,) = make_minibatches(samples, adv, len(samples), 4, pack_width=128, share_prefixes=True)
+  assert plain.tokens.shape[-1] == 256 and own.tokens.shape[-1] == 128
+  seg = own.prefix_segment_ids[0]
+  heads = [int((seg[r] == k).sum()) for r in range(seg.shape[0]) for k in range(1, int(seg[r].max()) + 1)]
+  assert 199 in heads and len(heads) == 4  # three shared heads and the long prompt's own
+  assert int(own.prefix_segment_ids.max()) >= 2  # heads packed several to a head row
+  _, want = _steps([plain], LOSS)
+  _, got = _steps([own], LOSS)
+  for name in ("loss", "grad_norm"):
+    np.testing.assert_allclose(got[0][name], want[0][name], rtol=2e-5, atol=1e-7)

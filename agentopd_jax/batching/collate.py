@@ -25,6 +25,8 @@ class ScoreBatch:
   loss_mask: jnp.ndarray                           # [B, T] which target tokens to score (see `scoring.fused`)
   positions: Optional[jnp.ndarray] = None          # [B, T]; default: restart at 0 per segment
   gather_ids: Optional[jnp.ndarray] = None         # [B, T, K] int32: ids whose policy log-probs to return (per target)
+  prefix_of: Optional[jnp.ndarray] = None          # [B] int32: the head row each row continues (-1: none)
+  prefix_segment: Optional[jnp.ndarray] = None     # [B] int32: its head's segment in that row
 
 
 @chex.dataclass
@@ -44,10 +46,19 @@ class TrainBatch:
   # weight of each loss token in the distillation term, 1 = routed. Not part of the scoring inputs. None = every loss
   # token routed (no LAD).
   distill_mask: Optional[jnp.ndarray] = None
+  # Shared prompt heads (`batching.prefixes`, `train_step.make_minibatches(share_prefixes=True)`): a row's samples
+  # start after head segment `prefix_segment[b]` of head row `prefix_of[b]` (-1: none); the heads are forwarded once
+  # per mini-batch, packed into P head rows, and attended to as a cache. They are the mini-batch's, not a
+  # micro-batch's: [1, P, W].
+  prefix_of: Optional[jnp.ndarray] = None             # [B] int32
+  prefix_segment: Optional[jnp.ndarray] = None        # [B] int32
+  prefix_tokens: Optional[jnp.ndarray] = None         # [1, P, W] int32
+  prefix_segment_ids: Optional[jnp.ndarray] = None    # [1, P, W] int32: 1, 2, ... per head, 0 on padding
 
   def score_batch(self) -> ScoreBatch:
     return ScoreBatch(tokens=self.tokens, segment_ids=self.segment_ids, loss_mask=self.loss_mask,
-                      positions=self.positions, gather_ids=self.teacher_topk_ids)
+                      positions=self.positions, gather_ids=self.teacher_topk_ids, prefix_of=self.prefix_of,
+                      prefix_segment=self.prefix_segment)
 
 
 @dataclasses.dataclass
@@ -88,7 +99,7 @@ def collate(samples: Sequence[Sample], advantages: Sequence[float], pad_to_multi
             max_length: Optional[int] = None, pad_id: int = 0, rows: Optional[int] = None, pack_width: int = 0,
             distill_weights: Optional[Sequence[float]] = None,
             teacher: Optional[Sequence[TeacherSignal]] = None,
-            layout: Optional[List[List[int]]] = None) -> TrainBatch:
+            layout: Optional[List[List[int]]] = None, skip: Optional[Sequence[int]] = None) -> TrainBatch:
   """Right-padded host arrays (numpy) of `samples`; advantage i, a float broadcast over sample i's generated tokens
   or one value per completion token (OPID's token-level advantage), fills them.
 
@@ -103,6 +114,8 @@ def collate(samples: Sequence[Sample], advantages: Sequence[float], pad_to_multi
   `distill_weights` (per sample) fills `distill_mask`: the weight on the sample's generated tokens (LAD routing).
   `teacher` (per sample) fills the teacher_* arrays at the sample's completion tokens, like `old_logprobs`.
   `layout` (the sample indices of each row, e.g. a slice of one `pack_rows` over more samples) replaces the packing.
+  `skip` (per sample, fewer than its prompt tokens) leaves out the head of each sample, a shared prefix forwarded
+  elsewhere: its tokens start at position skip[i] (the rows the update continues from a prefix cache).
   A sample longer than `max_length` is an error, never silently cut: its log-probs would no longer match.
   """
   if len(samples) != len(advantages) or (teacher is not None and len(teacher) != len(samples)):
@@ -111,10 +124,14 @@ def collate(samples: Sequence[Sample], advantages: Sequence[float], pad_to_multi
   longest = max(s.length for s in samples)
   if max_length is not None and longest > max_length:
     raise ValueError(f"collate: a sample has {longest} tokens, over max_length={max_length}")
-  width = round_up(longest, pad_to_multiple)
+  skip = [0] * len(samples) if skip is None else list(skip)
+  if any(not 0 <= k < max(len(s.prompt_ids), 1) for s, k in zip(samples, skip)):
+    raise ValueError("collate: skip must leave every sample at least its last prompt token")
+  lengths = [s.length - k for s, k in zip(samples, skip)]
+  width = round_up(max(lengths), pad_to_multiple)
   width = max(width, pack_width)
   if layout is None:
-    layout = pack_rows([s.length for s in samples], width) if pack_width else [[i] for i in range(len(samples))]
+    layout = pack_rows(lengths, width) if pack_width else [[i] for i in range(len(samples))]
   n = len(layout) if rows is None else rows
   if n < len(layout):
     raise ValueError(f"collate: rows={rows} is fewer than the {len(layout)} rows the samples need")
@@ -133,13 +150,13 @@ def collate(samples: Sequence[Sample], advantages: Sequence[float], pad_to_multi
     start = 0
     for segment, i in enumerate(row, start=1):
       s, a = samples[i], advantages[i]
-      length = s.length
+      length = lengths[i]
       span = slice(start, start + length)
-      generated = slice(start + len(s.prompt_ids), start + length)
+      generated = slice(start + len(s.prompt_ids) - skip[i], start + length)
       completion = np.asarray(s.completion_mask, np.float32)
-      tokens[b, span] = s.prompt_ids + s.completion_ids
+      tokens[b, span] = (s.prompt_ids + s.completion_ids)[skip[i]:]
       segments[b, span] = segment
-      positions[b, span] = np.arange(length)
+      positions[b, span] = skip[i] + np.arange(length)
       mask[b, generated] = completion
       adv[b, generated] = a * completion
       old[b, generated] = np.asarray(s.behaviour_logprobs, np.float32) * completion

@@ -3,8 +3,8 @@
 For a chunk without a KV cache (training, scoring, a first prefill) the einsum attention of `transformer` builds
 the full [B, kv, g, T, T] score tensor, keeps its probabilities for the backward pass and transposes f32 copies of
 it there. For the tiny CPU model that elementwise and copy work, not the matmuls, is most of an update. A chunk that
-continues a cache (a later turn's prefill, a shared prompt prefix in `scoring.teacher_signals`) scores the cached
-keys as a block before its own, forward only. Here:
+continues a cache (a later turn's prefill, a shared prompt prefix in scoring or in the update) scores the cached
+keys as a block before its own, and its backward pass returns their gradients too. Here:
 
 * Query block i (rows [i·Q, (i+1)·Q)) only scores keys [0, (i+1)·Q): the blocks above the causal diagonal are
   never computed (for T = 512 and Q = 128 that is 10 of 16 blocks).
@@ -63,34 +63,35 @@ def _forward(q, k, v, mask, block, before=0):
   return jnp.concatenate(outs, axis=3), jnp.concatenate(lses, axis=3)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
-def _attention(q, k, v, mask, block):
-  return _forward(q, k, v, mask, block)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def _attention(q, k, v, mask, block, before):
+  """Keys and values [B, kv, before + T, hd]: `before` cached ones, then the chunk's; mask [B, T, before + T]."""
+  return _forward(q, k, v, mask, block, before)[0]
 
 
-def _fwd(q, k, v, mask, block):
-  o, lse = _forward(q, k, v, mask, block)
+def _fwd(q, k, v, mask, block, before):
+  o, lse = _forward(q, k, v, mask, block, before)
   return o, (q, k, v, mask, o, lse)
 
 
-def _bwd(block, res, do):
+def _bwd(block, before, res, do):
   q, k, v, mask, o, lse = res
   b, kv, g, t, hd = q.shape
   dt = q.dtype
   do = do.astype(dt)
   delta = jnp.sum(do.astype(jnp.float32) * o.astype(jnp.float32), axis=-1, keepdims=True)  # rowsum(dO ∘ O)
   dqs = []
-  dk = jnp.zeros((b, kv, t, hd), jnp.float32)  # each block adds to keys [0, hi)
-  dv = jnp.zeros((b, kv, t, hd), jnp.float32)
+  dk = jnp.zeros((b, kv, before + t, hd), jnp.float32)  # each block adds to keys [0, before + hi)
+  dv = jnp.zeros((b, kv, before + t, hd), jnp.float32)
   for lo, hi in _bounds(t, block):
-    n = g * (hi - lo)
-    p = jnp.exp(_block_scores(q, k, mask, lo, hi, g) - lse[:, :, :, lo:hi])  # [b, kv, g, n/g, hi]
+    n, seen = g * (hi - lo), before + hi
+    p = jnp.exp(_block_scores(q, k, mask, lo, hi, g, before) - lse[:, :, :, lo:hi])  # [b, kv, g, n/g, seen]
     do_i = do[:, :, :, lo:hi].reshape(b, kv, n, hd)
-    dv = dv.at[:, :, :hi].add(_bdot(copy_transpose_last2(p.astype(dt).reshape(b, kv, n, hi)), do_i, 0))  # Pᵀ · dO
-    dp = _bdot(do_i, v[:, :, :hi], 1).reshape(p.shape)                                                   # dO · Vᵀ
-    ds = (p * (dp - delta[:, :, :, lo:hi])).astype(dt).reshape(b, kv, n, hi)
-    dqs.append(_bdot(ds, k[:, :, :hi], 0).reshape(b, kv, g, hi - lo, hd))                                # dS · K
-    dk = dk.at[:, :, :hi].add(_bdot(copy_transpose_last2(ds), q[:, :, :, lo:hi].reshape(b, kv, n, hd), 0))  # dSᵀ · Q
+    dv = dv.at[:, :, :seen].add(_bdot(copy_transpose_last2(p.astype(dt).reshape(b, kv, n, seen)), do_i, 0))  # Pᵀ·dO
+    dp = _bdot(do_i, v[:, :, :seen], 1).reshape(p.shape)                                                       # dO·Vᵀ
+    ds = (p * (dp - delta[:, :, :, lo:hi])).astype(dt).reshape(b, kv, n, seen)
+    dqs.append(_bdot(ds, k[:, :, :seen], 0).reshape(b, kv, g, hi - lo, hd))                                   # dS·K
+    dk = dk.at[:, :, :seen].add(_bdot(copy_transpose_last2(ds), q[:, :, :, lo:hi].reshape(b, kv, n, hd), 0))  # dSᵀ·Q
   # The barrier keeps the callers' layout transposes of the gradients out of the products (see `matmul`).
   dq, dk, dv = jax.lax.optimization_barrier((jnp.concatenate(dqs, axis=3), dk, dv))
   return dq.astype(dt), dk.astype(k.dtype), dv.astype(v.dtype), None
@@ -116,16 +117,16 @@ def blocked_attention(q, k, v, mask, block: int = 128, cache=None):
   bool (causal ∧ same segment ∧ valid: every allowed key of row t is at or before t) -> [B, T, H, hd] in q's dtype.
 
   `cache`: (k, v [B, kv, S, hd], mask [B, T, S]), keys that precede the whole chunk (a KV cache being continued by a
-  chunk of several tokens, a shared prompt prefix): every query block also scores them. That path is for forward
-  passes (prefill, scoring); differentiated, it is plain autodiff of the blocked forward."""
+  chunk of several tokens, a shared prompt prefix): every query block also scores them, and the backward pass
+  returns the cache's gradients (the update's shared prefixes are trained through them)."""
   b, t, h, hd = q.shape
   kv = k.shape[2]
   qg = jnp.transpose(q.reshape(b, t, kv, h // kv, hd) * jnp.asarray(hd ** -0.5, q.dtype), (0, 2, 3, 1, 4))
   if cache is None:
-    out = _attention(qg, _heads_first(k), _heads_first(v), mask, block)  # [b, kv, g, t, hd]
+    out = _attention(qg, _heads_first(k), _heads_first(v), mask, block, 0)  # [b, kv, g, t, hd]
   else:
     ck, cv, cmask = cache
     keys = jnp.concatenate([ck.astype(k.dtype), _heads_first(k)], axis=2)
     values = jnp.concatenate([cv.astype(v.dtype), _heads_first(v)], axis=2)
-    out = _forward(qg, keys, values, jnp.concatenate([cmask, mask], axis=-1), block, ck.shape[2])[0]
+    out = _attention(qg, keys, values, jnp.concatenate([cmask, mask], axis=-1), block, ck.shape[2])
   return jnp.transpose(out, (0, 3, 1, 2, 4)).reshape(b, t, h, hd)

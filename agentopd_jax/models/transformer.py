@@ -135,12 +135,16 @@ class Attention(nn.Module):
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, x, cos, sin, chunk_mask, layer_cache, cache_mask):
+  def __call__(self, x, cos, sin, chunk_mask, layer_cache, cache_mask, cache_rows=None):
     """Attention of the chunk x [B, T, D] over (cached keys, then the chunk's own keys).
 
     The cache block is only read here; the chunk's new (k, v) are returned and written into the cache once for all
-    layers by the caller, so a decode step never copies the cache. One softmax spans both blocks.
+    layers by the caller, so a decode step never copies the cache. One softmax spans both blocks. `cache_rows` [B]:
+    the cache holds shared prefixes and row b reads prefix cache_rows[b] (gathered here, one layer at a time).
     """
+    if cache_rows is not None:
+      pick = jnp.maximum(cache_rows, 0)
+      layer_cache = (jnp.take(layer_cache[0], pick, axis=0), jnp.take(layer_cache[1], pick, axis=0))
     c = self.config
     dt = c.compute_dtype
     d, h, kv, hd = c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim
@@ -192,9 +196,9 @@ class DecoderLayer(nn.Module):
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, x, layer_cache, cos, sin, chunk_mask, cache_mask):
+  def __call__(self, x, layer_cache, cos, sin, chunk_mask, cache_mask, cache_rows):
     attn_out, new_kv = Attention(self.config, name="attn")(
-        RMSNorm(self.config, name="input_norm")(x), cos, sin, chunk_mask, layer_cache, cache_mask)
+        RMSNorm(self.config, name="input_norm")(x), cos, sin, chunk_mask, layer_cache, cache_mask, cache_rows)
     x = x + attn_out
     x = x + MLP(self.config, name="mlp")(RMSNorm(self.config, name="post_attn_norm")(x))
     return x, new_kv
@@ -215,15 +219,21 @@ class Decoder(nn.Module):
 
   positions: [B, T] rotary positions; segment_ids: [B, T] with 0 for padding. Unembed with `unembed_weight`.
   cache_empty: static promise that `cache` holds no tokens yet, so attention need not read it.
-  cache_shared: the cache holds a prefix that every segment of the chunk continues (shared-prefix scoring: several
-  sequences packed in one row after one common prompt), so its filled slots are visible to every chunk token; else
-  a chunk token sees only the cached slots of its own segment.
+  cache_shared: the cache holds a prefix that every segment of the chunk continues (shared prefixes: several
+  sequences packed in one row after one common prompt head), so its filled slots are visible to every chunk token;
+  else a chunk token sees only the cached slots of its own segment.
+  cache_rows: [B] with cache_shared: the cache holds P rows of prefixes and row b continues cache row cache_rows[b]
+  (-1: none), each layer gathering its rows' keys and values as it reads them (no [layers, B, ...] copy of the
+  cache, which the backward pass of the update would keep). Such a call returns no cache.
+  cache_segments: [B] with cache_rows: the prefix of row b is segment cache_segments[b] of its cache row (prefixes
+  packed several to a row); None: every filled slot of the cache row.
   """
   config: ModelConfig
 
   @nn.compact
   def __call__(self, tokens, positions, segment_ids, cache: Optional[KVCache] = None, cache_empty: bool = False,
-               cache_shared: bool = False) -> Tuple[jnp.ndarray, Optional[KVCache]]:
+               cache_shared: bool = False, cache_rows=None, cache_segments=None
+               ) -> Tuple[jnp.ndarray, Optional[KVCache]]:
     c = self.config
     embedding = _param(self, "embedding", (c.vocab_size, c.hidden_size), ("vocab", "embed"))
     x = jnp.take(embedding, tokens, axis=0).astype(c.compute_dtype)
@@ -241,7 +251,11 @@ class Decoder(nn.Module):
     else:
       # Every cached slot precedes the chunk, so only segment matching applies (empty slots are segment 0).
       layer_caches = (cache.k, cache.v)
-      if cache_shared:
+      if cache_rows is not None:
+        slots = cache.segment_ids[jnp.maximum(cache_rows, 0)]
+        mine = slots != 0 if cache_segments is None else slots == cache_segments[:, None]
+        seen = (mine & (cache_rows >= 0)[:, None])[:, None, :]
+      elif cache_shared:
         seen = (cache.segment_ids != 0)[:, None, :]
       else:
         seen = cache.segment_ids[:, None, :] == segment_ids[:, :, None]
@@ -251,13 +265,13 @@ class Decoder(nn.Module):
     if c.remat:
       layer = nn.remat(layer, prevent_cse=False)
     stack = nn.scan(layer, variable_axes={"params": 0}, split_rngs={"params": True},
-                    in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
+                    in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
                     length=c.num_layers, metadata_params={nn.PARTITION_NAME: "layers"}, unroll=_layer_unroll(c))
-    x, (new_k, new_v) = stack(c, name="layers")(x, layer_caches, cos, sin, chunk_mask, cache_mask)
+    x, (new_k, new_v) = stack(c, name="layers")(x, layer_caches, cos, sin, chunk_mask, cache_mask, cache_rows)
     x = RMSNorm(c, name="final_norm")(x)
     if not c.tie_embeddings:
       _param(self, "lm_head", (c.hidden_size, c.vocab_size), ("embed", "vocab"))
-    if cache is None:
+    if cache is None or cache_rows is not None:
       return x, None
     # One scatter per buffer for all layers; inside the decode while_loop XLA updates it in place.
     slots = _chunk_slots(cache.lengths, valid, cache.capacity)
@@ -269,6 +283,13 @@ class Decoder(nn.Module):
         segment_ids=cache.segment_ids.at[rows, slots].set(segment_ids, mode="drop"),
         lengths=cache.lengths + jnp.sum(valid, axis=1).astype(jnp.int32))
     return x, new_cache
+
+
+def prefix_cache(config: ModelConfig, params, tokens: jnp.ndarray, segment_ids: jnp.ndarray) -> KVCache:
+  """The KV cache of shared prompt heads packed in rows `tokens` [P, W] (`segment_ids`: 1, 2, ... per head, 0 on
+  padding), each head at positions from 0: what rows continue with `forward(cache_shared=True, cache_rows=...)`."""
+  cache = KVCache.init(config, tokens.shape[0], tokens.shape[1])
+  return forward(config, params, tokens, None, segment_ids, cache, cache_empty=True)[1]
 
 
 def unembed_weight(config: ModelConfig, params) -> jnp.ndarray:
@@ -344,10 +365,13 @@ def param_shardings(config: ModelConfig, mesh, rules=None):
 
 
 def forward(config: ModelConfig, params, tokens, positions=None, segment_ids=None, cache=None, cache_empty=False,
-            cache_shared=False):
+            cache_shared=False, cache_rows=None, cache_segments=None):
   """Functional entry point: returns (hidden [B, T, D], new cache or None)."""
+  if cache_rows is not None and not cache_shared:
+    raise ValueError("forward: cache_rows (rows continuing shared prefixes) needs cache_shared=True")
   if segment_ids is None:
     segment_ids = jnp.ones_like(tokens)
   if positions is None:
     positions = positions_from_segments(segment_ids)
-  return Decoder(config).apply({"params": params}, tokens, positions, segment_ids, cache, cache_empty, cache_shared)
+  return Decoder(config).apply({"params": params}, tokens, positions, segment_ids, cache, cache_empty, cache_shared,
+                               cache_rows, cache_segments)

@@ -42,6 +42,8 @@ class RolloutConfig:
   top_k: int = 0
   recompute_old_logprobs: bool = False  # π_old from the trainer's own forward instead of the sampler's (verl): where
                                         # the sampler runs at another precision or sharding (paper presets)
+  share_prefill: bool = True          # the rollouts of a group prefill the prompt head they share once (the sampler's
+                                      # `prefix_keys`; each turn in the step layout, the first in the trajectory one)
 
   def __post_init__(self):
     if self.layout not in LAYOUTS:
@@ -199,6 +201,12 @@ class RolloutEngine:
       return self.chat.prompt_ids(prefix + text), prefix + text
     return raw_prefixed_ids(self.tokenizer, prefix, templated), text
 
+  def _prefix_keys(self, rows: Sequence[Optional[_Episode]]):
+    """The sampler's `prefix_keys` for rows playing these episodes (None: a padding row): their GRPO groups."""
+    if not self.config.share_prefill:
+      return None
+    return [None if ep is None else ep.group_id for ep in rows]
+
   def _decode(self, ids: List[int]) -> str:
     return self.tokenizer.decode(ids, skip_special_tokens=True)
 
@@ -211,7 +219,7 @@ class RolloutEngine:
     out = fn(*args, **kwargs)
     timer["generate_s"] += time.perf_counter() - t0
     real = out.lengths[np.asarray(rows, np.int64)]
-    timer["prefill_tokens"] += float(sum(map(len, prefill)))
+    timer["prefill_tokens"] += float(sum(map(len, prefill)) - out.prefill_saved)
     timer["generated_tokens"] += float(real.sum())
     timer["decode_steps"] += float(real.max(initial=0))
     return out
@@ -238,7 +246,8 @@ class RolloutEngine:
       out = self._generate(self.sampler.generate, timer, prompts, range(len(live)), params,
                            prompts + [[self.sampler.pad_id]] * dummies,
                            fold_in(keys[rows], t), sampling,
-                           row_max_new_tokens=[cfg.max_response_tokens] * len(live) + [1] * dummies)
+                           row_max_new_tokens=[cfg.max_response_tokens] * len(live) + [1] * dummies,
+                           prefix_keys=self._prefix_keys([episodes[i] for i in live] + [None] * dummies))
       actions = {}
       for j, i in enumerate(live):
         ep = episodes[i]
@@ -274,7 +283,8 @@ class RolloutEngine:
     played = [i for i in range(n) if active[i]]
     out = self._generate(self.sampler.generate, timer, [prompts[i] for i in played], played, params, prompts,
                          fold_in(keys, 0), sampling,
-                         cache_size=cfg.max_total_tokens, row_max_new_tokens=max_new)
+                         cache_size=cfg.max_total_tokens, row_max_new_tokens=max_new,
+                         prefix_keys=self._prefix_keys([ep if a else None for ep, a in zip(episodes, active)]))
     for t in range(cfg.max_steps):
       actions = {}
       for i, ep in enumerate(episodes):

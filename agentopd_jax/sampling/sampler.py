@@ -22,6 +22,13 @@ Rows are ragged token lists. A padded batch (e.g. left-padded prompts from a tok
 (`prompt_mask`, `new_tokens_mask`: 1 on real tokens): masked slots are dropped before anything is fed, so a pad id
 never enters the cache, positions count from the first real token and the result is the unpadded row's.
 
+Shared heads (`generate(prefix_keys=...)`): rows of one key (the G rollouts of a task) whose prompts open with the
+same tokens prefill that head once (`batching.prefixes`), when that spares a third of the call's prompt tokens or
+more; its keys and values are copied into each row's first cache slots and the row's own prefill continues from
+there. The cache then holds what a prefill of the whole prompt
+writes, to rounding (attention sums in another order). A row's head depends only on its key's prompts, so a
+rollout split over hosts keeps a group's rows together to draw the same tokens.
+
 Randomness: `key` is one key for the batch, or one key per row ([B] keys). With row keys a row's tokens depend only
 on its own key and history, not on which rows share its batch, so a rollout split over hosts (or padded to another
 bucket) draws the same tokens as the whole batch in one call.
@@ -30,18 +37,22 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import List, Optional, Sequence
+from typing import Dict, Hashable, List, Optional, Sequence
 
 import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from agentopd_jax.batching.prefixes import shared_prefixes
 from agentopd_jax.models import transformer
 from agentopd_jax.models.config import ModelConfig
 from agentopd_jax.sampling import stops as stops_lib
 
 FINISH_RUNNING, FINISH_STOP, FINISH_LENGTH = 0, 1, 2
+# A call shares heads only if they spare at least 1/SHARE_WHEN_SAVED of its prompt tokens: below that, the heads'
+# own forward, the rows' reads of the filled cache and the extra compiled shapes cost about what they save.
+SHARE_WHEN_SAVED = 3
 _REASONS = {FINISH_RUNNING: "running", FINISH_STOP: "stop", FINISH_LENGTH: "length"}
 
 
@@ -80,6 +91,7 @@ class SampleOutput:
   policy_logprobs: np.ndarray  # [B, N] under logits / temperature, untruncated
   finish_reasons: List[str]   # "stop" | "length" (or "inactive" for rows not decoded this call)
   state: DecodeState          # pass to `Sampler.continue_generation`
+  prefill_saved: int = 0      # prompt tokens shared heads kept from the prefill: rows' skipped tokens - heads' own
 
   def row(self, b: int) -> List[int]:
     return self.tokens[b, :self.lengths[b]].tolist()
@@ -178,6 +190,25 @@ def _append(config: ModelConfig, mesh, params, state: DecodeState, chunk, chunk_
   return DecodeState(cache=_pin_cache(cache, mesh), pending=new_pending)
 
 
+def _seed(config: ModelConfig, mesh, params, state: DecodeState, tokens, lengths, rows):
+  """Writes shared heads into an empty cache: row b gets head rows[b] (-1: none) of `tokens` [P, W] in slots [0, W)."""
+  heads = transformer.prefix_cache(config, params, tokens,
+                                   (jnp.arange(tokens.shape[1])[None, :] < lengths[:, None]).astype(jnp.int32))
+  has, pick = rows >= 0, jnp.maximum(rows, 0)
+  w = tokens.shape[1]
+  c = state.cache
+
+  def put(buf, new):  # [L, B, kv, S, hd] <- [L, P, kv, W, hd] at rows with a head
+    keep = buf[:, :, :, :w]
+    return buf.at[:, :, :, :w].set(jnp.where(has[None, :, None, None, None], jnp.take(new, pick, axis=1), keep))
+
+  cache = transformer.KVCache(
+      k=put(c.k, heads.k), v=put(c.v, heads.v),
+      segment_ids=c.segment_ids.at[:, :w].set(jnp.where(has[:, None], heads.segment_ids[pick], c.segment_ids[:, :w])),
+      lengths=jnp.where(has, heads.lengths[pick], c.lengths))
+  return DecodeState(cache=_pin_cache(cache, mesh), pending=state.pending)
+
+
 def _decode(config: ModelConfig, mesh, params, state: DecodeState, key, active, max_new, stop_ids, stop_next,
             stop_matched, stop_rows, temperature, top_p, *, num_steps: int, greedy: bool, top_k: int,
             use_top_p: bool, pad_id: int):
@@ -226,7 +257,8 @@ def _jitted_steps(config: ModelConfig, mesh):
   append = jax.jit(functools.partial(_append, config, mesh), donate_argnums=(1,), static_argnames=("cache_empty",))
   decode = jax.jit(functools.partial(_decode, config, mesh), donate_argnums=(1,),
                    static_argnames=("num_steps", "greedy", "top_k", "use_top_p", "pad_id"))
-  return append, decode
+  seed = jax.jit(functools.partial(_seed, config, mesh), donate_argnums=(1,))
+  return append, decode, seed
 
 
 class Sampler:
@@ -248,7 +280,7 @@ class Sampler:
     self.pad_id = pad_id
     self.bucket = bucket
     self._token_bytes = None
-    self._append, self._decode = _jitted_steps(config, mesh)
+    self._append, self._decode, self._seed = _jitted_steps(config, mesh)
 
   # --- public API ------------------------------------------------------------------------------------------
 
@@ -261,12 +293,15 @@ class Sampler:
   def generate(self, params, prompts: Sequence[Sequence[int]], key: jax.Array, sampling: SamplingParams,
                cache_size: Optional[int] = None, row_max_new_tokens: Optional[Sequence[int]] = None,
                row_stop_strings: Optional[Sequence[Sequence[str]]] = None,
-               prompt_mask: Optional[Sequence[Sequence[int]]] = None) -> SampleOutput:
+               prompt_mask: Optional[Sequence[Sequence[int]]] = None,
+               prefix_keys: Optional[Sequence[Hashable]] = None) -> SampleOutput:
     """Samples continuations of token-id prompts (any lengths >= 1); rows finish independently.
 
     cache_size: slots per row; defaults to the longest prompt plus max_new_tokens. Give more to continue later.
     row_max_new_tokens / row_stop_strings: per-row overrides of the SamplingParams values.
     prompt_mask: for padded prompts, 1 on real tokens and 0 on padding (left and/or right); see the module docstring.
+    prefix_keys: per row a key (e.g. its GRPO group) or None; rows of one key prefill the head their prompts share
+    once (module docstring). None: every row prefills its whole prompt.
     """
     prompts = _unpad(prompts, prompt_mask, "generate")
     if not prompts or any(len(p) == 0 for p in prompts):
@@ -275,8 +310,12 @@ class Sampler:
     n_max = max(row_max_new_tokens) if row_max_new_tokens is not None else sampling.max_new_tokens
     cache_size = cache_size or _bucket(longest + n_max, self.bucket)
     state = self.init_state(len(prompts), cache_size)
+    skip, head_tokens = [0] * len(prompts), 0
+    if prefix_keys is not None:
+      state, skip, head_tokens = self._share_heads(params, state, prompts, prefix_keys)
     return self._feed_and_decode(params, state, prompts, key, sampling, None,
-                                 row_max_new_tokens, row_stop_strings, first_turn=True)
+                                 row_max_new_tokens, row_stop_strings, first_turn=True, skip=skip,
+                                 head_tokens=head_tokens)
 
   def continue_generation(self, params, state: DecodeState, new_tokens: Sequence[Sequence[int]], key: jax.Array,
                           sampling: SamplingParams, active: Optional[Sequence[bool]] = None,
@@ -304,7 +343,40 @@ class Sampler:
 
   # --- internals -------------------------------------------------------------------------------------------
 
-  def _feed_and_decode(self, params, state, chunks, key, sampling, active, row_max_new, row_stops, first_turn):
+  def _share_heads(self, params, state, prompts, prefix_keys):
+    """(the state with each key's shared heads in its rows' first slots, tokens skipped per row, head tokens)."""
+    if len(prefix_keys) != len(prompts):
+      raise ValueError(f"prefix_keys must have one entry per row ({len(prompts)}), got {len(prefix_keys)}")
+    by_key: Dict[Hashable, List[int]] = {}
+    for row, k in enumerate(prefix_keys):
+      if k is not None:
+        by_key.setdefault(k, []).append(row)
+    which, heads = [-1] * len(prompts), []
+    for rows in by_key.values():
+      part, found = shared_prefixes([prompts[r] for r in rows])
+      for r, w in zip(rows, part):
+        which[r] = len(heads) + w if w >= 0 else -1
+      heads += found
+    skip = [len(heads[w]) if w >= 0 else 0 for w in which]
+    if (sum(skip) - sum(map(len, heads))) * SHARE_WHEN_SAVED < sum(map(len, prompts)):
+      return state, [0] * len(prompts), 0
+    # A long prompt that shares nothing goes through the head rows too (all but its last token), so that the rows'
+    # own prefill, which reads the filled cache, stays as short as the shared rows' tails.
+    tail = max(len(prompts[r]) - skip[r] for r in range(len(prompts)) if which[r] >= 0)
+    for r, prompt in enumerate(prompts):
+      if which[r] < 0 and len(prompt) > tail:
+        which[r], skip[r] = len(heads), len(prompt) - 1
+        heads.append(list(prompt[:-1]))
+    width = min(_bucket(max(map(len, heads)), self.bucket), state.cache.capacity)
+    tokens = np.zeros((_bucket(len(heads), 8), width), np.int32)
+    lengths = np.zeros(tokens.shape[0], np.int32)
+    for h, ids in enumerate(heads):
+      tokens[h, :len(ids)], lengths[h] = ids, len(ids)
+    state = self._seed(params, state, jnp.asarray(tokens), jnp.asarray(lengths), jnp.asarray(which, jnp.int32))
+    return state, skip, sum(map(len, heads))  # a long prompt's own head saves nothing: skip and head cancel
+
+  def _feed_and_decode(self, params, state, chunks, key, sampling, active, row_max_new, row_stops, first_turn,
+                       skip=None, head_tokens=0):
     b = len(chunks)
     if key.shape not in ((), (b,)):
       raise ValueError(f"key must be one PRNG key or one per row ({b}), got shape {key.shape}")
@@ -320,7 +392,7 @@ class Sampler:
         feeds.append([])
         continue
       prefix = [] if first_turn else [int(pending[row])]
-      feeds.append(prefix + chunk[:-1])
+      feeds.append(prefix + chunk[skip[row] if skip else 0:-1])  # `skip`: a shared head already in the cache
       new_pending[row] = chunk[-1]
     lengths = np.asarray(state.cache.lengths)
     capacity = state.cache.capacity
@@ -336,7 +408,7 @@ class Sampler:
       for row, feed in enumerate(feeds):
         padded[row, :len(feed)] = feed
       state = self._append(params, state, jnp.asarray(padded), jnp.asarray([len(f) for f in feeds], jnp.int32),
-                           jnp.asarray(new_pending, jnp.int32), cache_empty=first_turn)
+                           jnp.asarray(new_pending, jnp.int32), cache_empty=first_turn and not head_tokens)
     else:
       state = DecodeState(cache=state.cache, pending=jnp.asarray(new_pending, jnp.int32))
 
@@ -354,7 +426,7 @@ class Sampler:
     width_out = max(1, int(n_gen.max()))
     return SampleOutput(tokens=np.asarray(toks)[:, :width_out], lengths=n_gen,
                         logprobs=np.asarray(lps)[:, :width_out], policy_logprobs=np.asarray(plps)[:, :width_out],
-                        finish_reasons=finish, state=state)
+                        finish_reasons=finish, state=state, prefill_saved=sum(skip or ()) - head_tokens)
 
   def _stop_arrays(self, sampling: SamplingParams, row_stops, b: int):
     ids = sorted(set(sampling.stop_token_ids) | set(self.config.stop_token_ids))

@@ -12,6 +12,11 @@ scored here per micro-batch: `scoring.teacher_signals` scores them once per batc
 and the batch carries their log-probs as constants. Their top-k support comes back through `ScoreBatch.gather_ids`:
 the policy's log-probs at those ids (with gradients), for divergences over the teacher's top-k.
 
+Shared prefixes (`batching.prefixes`): a row with `ScoreBatch.prefix_of[b] >= 0` continues segment
+`prefix_segment[b]` of that head row, whose keys and values each branch passes in `prefixes` (`transformer.prefix_cache`, computed once per mini-batch by the
+train step, which also carries the policy prefix's gradient back through its forward). Its positions start after
+the prefix.
+
 Policy outputs carry gradients (use inside a loss). Teacher and reference outputs are stop-gradient, and so are
 the gaps: they are signals that weight or gate a loss (SDAR's gate σ(β·Δ), OPID's advantage Δ) and must not pull
 the policy themselves. A loss that needs the gradient through the policy log-prob (the KL penalty) computes it
@@ -21,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Optional
+from typing import Dict, Optional
 
 import chex
 import jax
@@ -83,9 +88,12 @@ def _predicted(segment_ids: jnp.ndarray) -> jnp.ndarray:
 
 
 def score(config: ModelConfig, score_config: ScoreConfig, policy_params, reference_params, teacher_params,
-          batch: ScoreBatch) -> Scores:
-  """Pure scoring function (differentiable w.r.t. `policy_params`); see `make_score_fn` for the jitted step."""
+          batch: ScoreBatch, prefixes: Optional[Dict[str, transformer.KVCache]] = None) -> Scores:
+  """Pure scoring function (differentiable w.r.t. `policy_params` and `prefixes["policy"]`); see `make_score_fn`
+  for the jitted step. `prefixes`: {branch: its prefix cache} when `batch.prefix_of` is set."""
   sc = score_config
+  if (batch.prefix_of is None) != (prefixes is None):
+    raise ValueError("score: a batch with prefix_of needs the prefixes' caches, and only such a batch takes them")
   chex.assert_rank([batch.tokens, batch.segment_ids, batch.loss_mask], 2)
   chex.assert_equal_shape([batch.tokens, batch.segment_ids, batch.loss_mask])
   tokens = batch.tokens
@@ -94,9 +102,11 @@ def score(config: ModelConfig, score_config: ScoreConfig, policy_params, referen
   mask = ((batch.loss_mask > 0) & _predicted(batch.segment_ids)).astype(jnp.float32)
   stats_kw = dict(chunk=sc.vocab_chunk, temperature=sc.temperature, compute_dtype=config.compute_dtype)
 
-  def hidden_of(params, toks, seg, pos):
-    h, _ = transformer.forward(config, params, toks, pos, seg)
-    return h
+  def hidden_of(params, branch):
+    if prefixes is None:
+      return transformer.forward(config, params, tokens, batch.positions, batch.segment_ids)[0]
+    return transformer.forward(config, params, tokens, batch.positions, batch.segment_ids, prefixes[branch],
+                               cache_shared=True, cache_rows=batch.prefix_of, cache_segments=batch.prefix_segment)[0]
 
   def masked(x, m=mask):
     return x * (m[..., None] if x.ndim == 3 else m)
@@ -105,7 +115,7 @@ def score(config: ModelConfig, score_config: ScoreConfig, policy_params, referen
   policy_lp = None
   topk_ids = None
   if sc.policy:
-    h = hidden_of(policy_params, tokens, batch.segment_ids, batch.positions)
+    h = hidden_of(policy_params, "policy")
     gather = None if batch.gather_ids is None else batch.gather_ids[:, 1:]
     st = token_stats(h[:, :-1], transformer.unembed_weight(config, policy_params), targets, top_k=sc.top_k,
                      entropy=sc.entropy, gather_ids=gather, **stats_kw)
@@ -123,7 +133,7 @@ def score(config: ModelConfig, score_config: ScoreConfig, policy_params, referen
   if sc.reference:
     if reference_params is None:
       raise ValueError("ScoreConfig.reference=True but no reference params were given")
-    h = hidden_of(reference_params, tokens, batch.segment_ids, batch.positions)
+    h = hidden_of(reference_params, "reference")
     st = token_stats(h[:, :-1], transformer.unembed_weight(config, reference_params), targets, **stats_kw)
     out.reference_logprobs = jax.lax.stop_gradient(masked(_shift_in(st.logprobs)))
     if policy_lp is not None:
@@ -132,7 +142,7 @@ def score(config: ModelConfig, score_config: ScoreConfig, policy_params, referen
   if sc.teacher == "params":
     if teacher_params is None:
       raise ValueError("ScoreConfig.teacher='params' but no teacher params were given")
-    h = hidden_of(teacher_params, tokens, batch.segment_ids, batch.positions)[:, :-1]
+    h = hidden_of(teacher_params, "teacher")[:, :-1]
     st = token_stats(h, transformer.unembed_weight(config, teacher_params), targets,
                      gather_ids=None if topk_ids is None else topk_ids[:, 1:], **stats_kw)
     out.teacher_logprobs = jax.lax.stop_gradient(masked(_shift_in(st.logprobs)))

@@ -6,11 +6,11 @@ The trainer scores them here, once per iteration, without a gradient; the train 
 no micro-batch re-scores the teacher and no gradient reaches a gate or a gap.
 
 Two things keep this pass cheap, since only the completion tokens are read:
-- **Shared prefixes.** The sequences of one prefix key (by default a GRPO group: one task, its G rollouts and all
-  their turns) share a long common prompt: the skill prefix and the template's head. It is forwarded once per key;
-  each sequence's remaining tokens attend to its keys and values as a cache (`transformer.forward(cache_shared=True)`),
-  packed into rows like the update's. A causal model's states of a token depend only on the tokens before it, so the
-  log-probs are those of a forward of the whole sequence (to rounding: the attention sums in another order).
+- **Shared prefixes** (`batching.prefixes`). The sequences of a batch share long prompt heads: the G rollouts of a
+  task, the skill text of a privileged prompt. Each head is forwarded once; each sequence's remaining tokens attend to
+  its keys and values as a cache (`transformer.forward(cache_shared=True)`), packed into rows like the update's. A
+  causal model's states of a token depend only on the tokens before it, so the log-probs are those of a forward of
+  the whole sequence (to rounding: the attention sums in another order).
 - **Statistics at completion tokens only.** The vocab-chunked log-softmax (and top-k) runs on the hidden states that
   predict completion tokens, gathered per row, not on every position of the prompts.
 """
@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from typing import Dict, Hashable, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -27,6 +27,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from agentopd_jax.batching.collate import TeacherSignal, pack_rows, round_up
+from agentopd_jax.batching.prefixes import shared_prefixes
 from agentopd_jax.batching.samples import Sample
 from agentopd_jax.models import transformer
 from agentopd_jax.models.config import ModelConfig
@@ -34,31 +35,6 @@ from agentopd_jax.scoring.chunked import token_stats
 
 PAD_MULTIPLE = 128  # row and prefix width bucket, as the update's (bounds recompilation)
 SCORED_MULTIPLE = 32  # bucket of the completion positions scored per row
-MIN_SHARED = 64  # a common prompt shorter than this is not worth a prefix pass: its sequences are scored whole
-
-
-def shared_prefixes(samples: Sequence[Sample], keys: Sequence[Hashable], min_shared: int = MIN_SHARED
-                    ) -> Tuple[List[int], List[List[int]]]:
-  """(per sample: the index of its shared prefix or -1, the prefixes' token ids).
-
-  Samples of one key share the longest common prefix of their prompts, but never a sample's whole prompt (its last
-  prompt token predicts the first completion token, so it stays in the sample's own row). A key with one sample or
-  a common prefix under `min_shared` tokens shares nothing."""
-  by_key: Dict[Hashable, List[int]] = {}
-  for i, k in enumerate(keys):
-    by_key.setdefault(k, []).append(i)
-  which, prefixes = [-1] * len(samples), []
-  for members in by_key.values():
-    first = samples[members[0]].prompt_ids
-    n = min(len(samples[i].prompt_ids) for i in members) - 1
-    for i in members[1:]:
-      other = samples[i].prompt_ids
-      n = next((j for j in range(n) if first[j] != other[j]), n)
-    if len(members) > 1 and n >= min_shared:
-      for i in members:
-        which[i] = len(prefixes)
-      prefixes.append(list(first[:n]))
-  return which, prefixes
 
 
 @functools.lru_cache(maxsize=None)
@@ -66,14 +42,9 @@ def _scorer(config: ModelConfig, top_k: int, temperature: float, prefixed: bool)
   """jit: (params, prefix cache or None, rows) -> log-probs [B, C] (and top-k ids and log-probs [B, C, k]) of the
   targets at the gathered positions. With `prefixed`, row b continues prefix `rows["prefix"][b]` of the cache."""
 
-  def run(params, prefix_cache, rows):
-    cache = None
-    if prefixed:
-      pick = rows["prefix"]
-      cache = transformer.KVCache(k=jnp.take(prefix_cache.k, pick, axis=1), v=jnp.take(prefix_cache.v, pick, axis=1),
-                                  segment_ids=prefix_cache.segment_ids[pick], lengths=prefix_cache.lengths[pick])
-    hidden, _ = transformer.forward(config, params, rows["tokens"], rows["positions"], rows["segment_ids"], cache,
-                                    cache_shared=prefixed)
+  def run(params, heads, rows):
+    hidden, _ = transformer.forward(config, params, rows["tokens"], rows["positions"], rows["segment_ids"], heads,
+                                    cache_shared=prefixed, cache_rows=rows["prefix"] if prefixed else None)
     at = jnp.take_along_axis(hidden, rows["at"][..., None], axis=1)
     st = token_stats(at, transformer.unembed_weight(config, params), rows["targets"], top_k=top_k,
                      temperature=temperature, compute_dtype=config.compute_dtype)
@@ -84,11 +55,10 @@ def _scorer(config: ModelConfig, top_k: int, temperature: float, prefixed: bool)
 
 @functools.lru_cache(maxsize=None)
 def _prefill(config: ModelConfig):
-  """jit: (params, prefix tokens [G, P], their segment ids) -> the prefixes' KV cache."""
-  def run(params, tokens, segment_ids):
-    cache = transformer.KVCache.init(config, tokens.shape[0], tokens.shape[1])
-    _, cache = transformer.forward(config, params, tokens, None, segment_ids, cache, cache_empty=True)
-    return cache
+  """jit: (params, prefix tokens [G, P], their lengths) -> the prefixes' KV cache, one prefix per row."""
+  def run(params, tokens, lengths):
+    segment_ids = (jnp.arange(tokens.shape[1])[None, :] < lengths[:, None]).astype(jnp.int32)
+    return transformer.prefix_cache(config, params, tokens, segment_ids)
   return jax.jit(run)
 
 
@@ -119,32 +89,31 @@ def _rows(samples, layout, skip, width, rows, scored):
 
 
 def score_teacher(model: ModelConfig, params, samples: Sequence[Sample], *, top_k: int = 0, temperature: float = 1.0,
-                  pack_width: int = 0, rows_per_call: int = 16, mesh: Optional[Mesh] = None,
-                  prefix_keys: Optional[Sequence[Hashable]] = None) -> List[TeacherSignal]:
+                  pack_width: int = 0, rows_per_call: int = 16, mesh: Optional[Mesh] = None
+                  ) -> List[TeacherSignal]:
   """Per sample, the log-prob under `params` of each completion token given its prompt and earlier tokens (zero on
   observation tokens), and with `top_k` > 0 the k most likely ids there and their log-probs.
 
-  `samples` are the teacher's sequences: the student's completion after the teacher's prompt. Samples of one
-  `prefix_keys` entry (default: their GRPO group) share their common prompt prefix (`shared_prefixes`), forwarded
-  once. The rest of each sample goes into rows of `pack_width` tokens (0: one sample per row), `rows_per_call` at a
-  time (rounded up to the mesh's data-parallel size) through one jitted call, so an iteration compiles few shapes.
+  `samples` are the teacher's sequences: the student's completion after the teacher's prompt. The prompt heads they
+  share (`batching.prefixes.shared_prefixes`) are forwarded once. The rest of each sample goes into rows of
+  `pack_width` tokens (0: one sample per row), `rows_per_call` at a time (rounded up to the mesh's data-parallel
+  size) through one jitted call, so an iteration compiles few shapes.
   """
   if not samples:
     return []
-  keys = [s.group_id for s in samples] if prefix_keys is None else list(prefix_keys)
-  which, prefixes = shared_prefixes(samples, keys)
+  which, prefixes = shared_prefixes([s.prompt_ids for s in samples])
   skip = [len(prefixes[w]) if w >= 0 else 0 for w in which]
   data_parallel = mesh.shape["data"] * mesh.shape["fsdp"] if mesh is not None else 1
   shard = (lambda x: jax.device_put(x, NamedSharding(mesh, P(("data", "fsdp"))))) if mesh is not None else jnp.asarray
   replicate = (lambda x: jax.device_put(x, NamedSharding(mesh, P()))) if mesh is not None else (lambda x: x)
 
-  prefix_cache = None
+  heads = None
   if prefixes:
     n, capacity = round_up(len(prefixes), 8), round_up(max(map(len, prefixes)), PAD_MULTIPLE)
-    tokens, segments = np.zeros((n, capacity), np.int32), np.zeros((n, capacity), np.int32)
+    tokens, lengths = np.zeros((n, capacity), np.int32), np.zeros(n, np.int32)
     for g, ids in enumerate(prefixes):
-      tokens[g, :len(ids)], segments[g, :len(ids)] = ids, 1
-    prefix_cache = replicate(_prefill(model)(params, jnp.asarray(tokens), jnp.asarray(segments)))
+      tokens[g, :len(ids)], lengths[g] = ids, len(ids)
+    heads = replicate(_prefill(model)(params, jnp.asarray(tokens), jnp.asarray(lengths)))
 
   out: List[Optional[TeacherSignal]] = [None] * len(samples)
   for prefixed in (True, False):
@@ -166,7 +135,7 @@ def score_teacher(model: ModelConfig, params, samples: Sequence[Sample], *, top_
       host, spans = _rows(samples, chunk, skip, width, rows, scored)
       if prefixed:
         host["prefix"] = np.asarray([which[row[0]] for row in chunk] + [0] * (rows - len(chunk)), np.int32)
-      logprobs, ids, topk = score(params, prefix_cache if prefixed else None, {k: shard(v) for k, v in host.items()})
+      logprobs, ids, topk = score(params, heads if prefixed else None, {k: shard(v) for k, v in host.items()})
       logprobs = np.asarray(logprobs)
       ids, topk = (np.asarray(ids), np.asarray(topk)) if top_k else (None, None)
       for b, mine in enumerate(spans):

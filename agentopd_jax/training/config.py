@@ -214,6 +214,10 @@ class RunConfig:
   pack_width: int = 512                # training rows hold several samples, up to this many tokens (rows widen to the
                                        # longest sample); 0: one sample per row. Not with the seq-mean-token-mean
                                        # or seq-mean-token-sum loss_agg_mode (a packed row is not one sequence)
+  share_prefixes: bool = True          # packed rows on one process: the prompt heads samples of a mini-batch share
+                                       # (the G rollouts' prompt, a skill text) are forwarded once per mini-batch and
+                                       # continued as a KV cache (training/train_step.py); False, or pack_width=0, or
+                                       # several processes: every row holds whole samples
   tokenizer_path: str = ""             # "" -> model.path's tokenizer, else the built-in one
   compilation_cache: bool = True       # CPU runs: JAX's persistent compilation cache in the user's cache
                                        # ($AGENTOPD_CACHE/jax_compilation), so no run compiles what another did

@@ -48,6 +48,9 @@ def paper_overrides(c: ml_collections.ConfigDict, variant: str) -> ml_collection
   c.model.param_dtype = "float32"
   c.model.dtype = "bfloat16"
   c.model.remat = True                 # without it no 8-device mesh holds a 7B step's activations (docs/planning.md)
+  # Shared prompt heads keep their activations, keys and values through a whole mini-batch, beside the micro-batch's;
+  # the memory planner does not count them, so the paper settings train whole rows.
+  c.share_prefixes = False
   c.env.compact_prompt = False
   c.env.num_workers = 16
   c.rollout.max_prompt_tokens = 2048

@@ -14,7 +14,7 @@ import dataclasses
 import functools
 import logging
 import math
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import flax.struct
 import jax
@@ -24,6 +24,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from agentopd_jax.batching.collate import TeacherSignal, TrainBatch, collate, pack_rows, round_up
+from agentopd_jax.batching.prefixes import shared_prefixes
 from agentopd_jax.batching.samples import Sample
 import agentopd_jax.methods  # noqa: F401  registers the methods' objectives
 from agentopd_jax.models import transformer
@@ -138,28 +139,55 @@ def make_train_step(model: ModelConfig, loss: LossParams, optimizer: optax.Gradi
     raise ValueError(f"objective {loss.objective!r} with loss.kl_coef={loss.core.kl_coef} needs reference params")
   needs_teacher = score_cfg.teacher == "params"
 
-  def micro_loss(params, reference_params, teacher_params, micro: TrainBatch, norm):
+  def micro_loss(params, policy_prefix, frozen, micro: TrainBatch, norm):
+    """`policy_prefix`: the policy's prefix keys and values (differentiated); `frozen`: the reference and teacher
+    params and their prefix caches, constants."""
+    reference_params, teacher_params, prefixes = frozen
+    if policy_prefix is not None:
+      prefixes = dict(prefixes, policy=prefixes["policy"].replace(k=policy_prefix[0], v=policy_prefix[1]))
     scores = score(model, score_cfg, params, reference_params if score_cfg.reference else None, teacher_params,
-                   micro.score_batch())
+                   micro.score_batch(), prefixes)
     return objective.loss(scores, micro, loss, norm)
 
-  grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
+  grad_fn = jax.value_and_grad(micro_loss, argnums=(0, 1), has_aux=True)
 
   def step(state: TrainState, minibatch: TrainBatch, teacher_params=None):
     width = minibatch.loss_mask.shape[-1]
     norm = normalizer_for(minibatch.loss_mask.reshape(-1, width), minibatch.segment_ids.reshape(-1, width),
                           loss.core.loss_scale_factor)
+    prefixes, policy_prefix, pull = None, None, None
+    if minibatch.prefix_tokens is not None:
+      # The mini-batch's shared prefixes: forwarded once here; every micro-batch's rows continue them, and the
+      # gradients their keys and values collect over the micro-batches flow back through this forward once.
+      tokens, segments = minibatch.prefix_tokens[0], minibatch.prefix_segment_ids[0]
+      def keys_values(params):
+        cache = transformer.prefix_cache(model, params, tokens, segments)
+        return (cache.k, cache.v), cache
+
+      policy_prefix, pull, policy = jax.vjp(keys_values, state.params, has_aux=True)
+      prefixes = {"policy": policy}
+      if score_cfg.reference:
+        prefixes["reference"] = transformer.prefix_cache(model, state.reference_params, tokens, segments)
+      if needs_teacher:
+        prefixes["teacher"] = transformer.prefix_cache(model, teacher_params, tokens, segments)
+      minibatch = minibatch.replace(prefix_tokens=None, prefix_segment_ids=None)
+    frozen = (state.reference_params, teacher_params, prefixes)
 
     def body(carry, micro):
-      grads, metrics = carry
-      (_, m), g = grad_fn(state.params, state.reference_params, teacher_params, micro, norm)
-      return (jax.tree.map(jnp.add, grads, g), jax.tree.map(jnp.add, metrics, m)), None
+      grads, prefix_grads, metrics = carry
+      (_, m), (g, gp) = grad_fn(state.params, policy_prefix, frozen, micro, norm)
+      prefix_grads = None if gp is None else jax.tree.map(lambda a, b: a + b.astype(jnp.float32), prefix_grads, gp)
+      return (jax.tree.map(jnp.add, grads, g), prefix_grads, jax.tree.map(jnp.add, metrics, m)), None
 
-    zero_metrics = jax.eval_shape(lambda: grad_fn(state.params, state.reference_params, teacher_params,
+    zero_metrics = jax.eval_shape(lambda: grad_fn(state.params, policy_prefix, frozen,
                                                   jax.tree.map(lambda x: x[0], minibatch), norm)[0][1])
     init = (jax.tree.map(jnp.zeros_like, state.params),
+            None if policy_prefix is None else jax.tree.map(lambda x: jnp.zeros(x.shape, jnp.float32), policy_prefix),
             jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), zero_metrics))
-    (grads, metrics), _ = jax.lax.scan(body, init, minibatch)
+    (grads, prefix_grads, metrics), _ = jax.lax.scan(body, init, minibatch)
+    if pull is not None:
+      (through_prefix,) = pull(jax.tree.map(lambda g, x: g.astype(x.dtype), prefix_grads, policy_prefix))
+      grads = jax.tree.map(jnp.add, grads, through_prefix)
     grad_norm = optax.tree.norm(grads)
     finite = jnp.isfinite(metrics["loss"]) & jnp.isfinite(grad_norm)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
@@ -248,7 +276,8 @@ def minibatch_samples(samples: Sequence[Sample], minibatch_size: int, k: int) ->
 def make_minibatches(samples: Sequence[Sample], advantages: Sequence[float], minibatch_size: int,
                      micro_batch_size: int, pack_width: int = 0, distill_weights: Optional[Sequence[float]] = None,
                      mesh: Optional[Mesh] = None, teacher: Optional[Sequence[TeacherSignal]] = None,
-                     agree: Optional[Callable[[Sequence[int]], Sequence[int]]] = None) -> List[TrainBatch]:
+                     agree: Optional[Callable[[Sequence[int]], Sequence[int]]] = None,
+                     share_prefixes: bool = False) -> List[TrainBatch]:
   """The update's mini-batches, [A, m, T] host arrays each: runs of `minibatch_size` consecutive samples, one
   optimizer step each (the last run may be shorter).
 
@@ -263,7 +292,17 @@ def make_minibatches(samples: Sequence[Sample], advantages: Sequence[float], min
   `minibatch_size` and `micro_batch_size` its shares of the global sizes and `mesh` its local mesh; the mini-batch
   count, row width, row count and teacher top-k are agreed over processes (a run a process lacks is blank: all
   masked out), so that the shares assemble into global mini-batches (`parallel.distributed.put_process_rows`).
+
+  `share_prefixes` (packed, one process): the prompt heads that samples of a mini-batch share (`batching.prefixes`)
+  are left out of their rows and forwarded once per mini-batch, packed into head rows (`TrainBatch.prefix_*`); a row
+  packs samples of one head. A sample longer than `pack_width` that shares nothing gets a head of its own (its
+  prompt but the last token), so that rows stay `pack_width` wide. Every mini-batch of the iteration gets the same
+  head row count (rounded up to PACKED_ROW_MULTIPLE and the data-parallel size) and width (to PAD_MULTIPLE). The
+  iteration shares heads only if that forwards fewer token slots than whole rows (`_Packing.cost`: rows and head
+  rows, padding included). The loss and gradients are those of whole rows, to rounding.
   """
+  if share_prefixes and (not pack_width or agree is not None):
+    raise ValueError("make_minibatches: share_prefixes needs packed rows (pack_width > 0) on one process")
   k = teacher[0].topk_ids.shape[-1] if teacher and teacher[0].topk_ids is not None else 0
   if agree is not None and teacher is not None:
     (k,) = agree((k,))
@@ -274,12 +313,12 @@ def make_minibatches(samples: Sequence[Sample], advantages: Sequence[float], min
     teacher = None if teacher is None else [_blank_signal(k)]
   n = len(samples)
   runs = [slice(i, min(i + minibatch_size, n)) for i in range(0, n, minibatch_size)]
-  width = max(pack_width, round_up(max(s.length for s in samples), PAD_MULTIPLE))
-  rows = minibatch_size
-  if pack_width:
-    rows = max(len(pack_rows([s.length for s in samples[run]], width)) for run in runs)
-    data_parallel = mesh.shape["data"] * mesh.shape["fsdp"] if mesh is not None else 1
-    rows = round_up(rows, math.lcm(PACKED_ROW_MULTIPLE, data_parallel))
+  data_parallel = mesh.shape["data"] * mesh.shape["fsdp"] if mesh is not None else 1
+  plan = _Packing.of(samples, runs, pack_width, False, data_parallel, micro_batch_size)
+  if share_prefixes:
+    shared = _Packing.of(samples, runs, pack_width, True, data_parallel, micro_batch_size)
+    plan = shared if shared.cost < plan.cost else plan
+  width, rows = plan.width, (plan.rows if pack_width else minibatch_size)
   if agree is not None:
     n_runs, width, rows = agree((len(runs), width, rows))
     runs += [slice(n, n)] * (n_runs - len(runs))
@@ -294,15 +333,102 @@ def make_minibatches(samples: Sequence[Sample], advantages: Sequence[float], min
     micro = min(micro_batch_size, rows)
     rows = round_up(rows, micro)
     out = []
-    for run in runs:
+    for r, run in enumerate(runs):
       if run.start == run.stop:
         out.append(jax.tree.map(np.zeros_like, out[0]))
         continue
+      layout, owner = plan.layouts[r]
       batch = _widen(collate(samples[run], advantages[run], PAD_MULTIPLE, rows=rows, pack_width=width,
-                             distill_weights=weights(run), teacher=signals(run)), width)
-      out.append(split_minibatches(batch, rows, micro)[0])
+                             distill_weights=weights(run), teacher=signals(run),
+                             layout=layout if plan.count else None, skip=plan.skip[run]), width)
+      batch = split_minibatches(batch, rows, micro)[0]
+      if plan.count:
+        place = plan.places[r]
+        head_row = [place[w][0] if w >= 0 else -1 for w in owner] + [-1] * (rows - len(owner))
+        segment = [place[w][1] if w >= 0 else 0 for w in owner] + [0] * (rows - len(owner))
+        batch = batch.replace(prefix_of=np.asarray(head_row, np.int32).reshape(-1, micro),
+                              prefix_segment=np.asarray(segment, np.int32).reshape(-1, micro),
+                              **_head_rows(plan.heads[r], place, plan.count, plan.prefix_width))
+      out.append(batch)
   # A blank share's rows are all padding (segment id 0), which the loss normaliser counts as no sequence.
   return [jax.tree.map(np.zeros_like, b) for b in out] if blank else out
+
+
+@dataclasses.dataclass
+class _Packing:
+  """How an iteration's runs of samples are packed: whole, or after their shared heads (`share`)."""
+  heads: List[List[List[int]]]       # per run: its heads' token ids
+  skip: List[int]                    # per sample: its tokens in a head
+  width: int                         # row width
+  layouts: List[Tuple[List[List[int]], List[int]]]  # per run: `_prefix_layout`
+  places: List[List[Tuple[int, int]]]  # per run, per head: (its head row, its segment there)
+  rows: int                          # rows per mini-batch (rounded to PACKED_ROW_MULTIPLE and the data-parallel size)
+  count: int                         # head rows per mini-batch (0: whole rows)
+  prefix_width: int                  # head row width
+  cost: int                          # token slots forwarded per iteration: rows and head rows, padding included
+
+  @classmethod
+  def of(cls, samples: Sequence[Sample], runs: Sequence[slice], pack_width: int, share: bool, data_parallel: int,
+         micro_batch_size: int) -> "_Packing":
+    plans = [_heads(samples[run], pack_width) if share else ([-1] * (run.stop - run.start), []) for run in runs]
+    heads = [found for _, found in plans]
+    skip = [len(found[w]) if w >= 0 else 0 for which, found in plans for w in which]
+    width = max(pack_width, round_up(max(s.length - cut for s, cut in zip(samples, skip)), PAD_MULTIPLE))
+    if not pack_width:
+      return cls(heads, skip, width, [], [], 0, 0, 0, 0)
+    layouts = [_prefix_layout(samples[run], skip[run], which, width) for run, (which, _) in zip(runs, plans)]
+    rows = round_up(max(len(layout) for layout, _ in layouts), math.lcm(PACKED_ROW_MULTIPLE, data_parallel))
+    prefix_width = round_up(max((len(h) for found in heads for h in found), default=1), PAD_MULTIPLE)
+    places, count = [], 0
+    for found in heads:  # the heads are packed into rows too, each a segment with positions from 0
+      packed = pack_rows([len(h) for h in found], prefix_width)
+      place = [(0, 0)] * len(found)
+      for row, members in enumerate(packed):
+        for segment, h in enumerate(members, start=1):
+          place[h] = (row, segment)
+      places.append(place)
+      count = max(count, len(packed))
+    count = round_up(count, math.lcm(PACKED_ROW_MULTIPLE, data_parallel)) if count else 0
+    stepped = round_up(rows, min(micro_batch_size, rows))  # the rows the step runs: whole micro-batches
+    return cls(heads, skip, width, layouts, places, rows, count, prefix_width,
+               len(runs) * (stepped * width + count * prefix_width))
+
+
+def _heads(samples: Sequence[Sample], pack_width: int) -> Tuple[List[int], List[List[int]]]:
+  """(per sample its head or -1, the heads): the prompt heads the samples share (`shared_prefixes`), and for a
+  sample that shares none and is longer than a row, its own prompt but the last token: its row then stays
+  `pack_width` wide, the head going through the head rows."""
+  which, heads = shared_prefixes([s.prompt_ids for s in samples])
+  for i, s in enumerate(samples):
+    if which[i] < 0 and s.length > pack_width and len(s.prompt_ids) > 1:
+      which[i] = len(heads)
+      heads.append(list(s.prompt_ids[:-1]))
+  return which, heads
+
+
+def _prefix_layout(samples: Sequence[Sample], skip: Sequence[int], which: Sequence[int], width: int
+                   ) -> Tuple[List[List[int]], List[int]]:
+  """(the sample indices of each packed row, each row's prefix or -1): the samples of one prefix share rows, those
+  without one share the last rows; each sample without its first `skip` tokens."""
+  layout, owner = [], []
+  for prefix in sorted(set(which), key=lambda w: (w < 0, w)):
+    part = [i for i, w in enumerate(which) if w == prefix]
+    for row in pack_rows([samples[i].length - skip[i] for i in part], width):
+      layout.append([part[j] for j in row])
+      owner.append(prefix)
+  return layout, owner
+
+
+def _head_rows(heads: Sequence[Sequence[int]], places: Sequence[Tuple[int, int]], count: int, width: int) -> dict:
+  """A mini-batch's head arrays: `count` rows of `width` tokens, head h as segment places[h][1] of row places[h][0],
+  in row order (unused rows and slots are segment 0)."""
+  tokens, segments = np.zeros((1, count, width), np.int32), np.zeros((1, count, width), np.int32)
+  fill = [0] * count
+  for ids, (row, segment) in sorted(zip(heads, places), key=lambda x: x[1]):
+    span = slice(fill[row], fill[row] + len(ids))
+    tokens[0, row, span], segments[0, row, span] = ids, segment
+    fill[row] += len(ids)
+  return dict(prefix_tokens=tokens, prefix_segment_ids=segments)
 
 
 def _widen(batch: TrainBatch, width: int) -> TrainBatch:

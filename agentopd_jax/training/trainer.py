@@ -244,7 +244,9 @@ class Trainer:
     minibatches = (make_minibatches(trained, it.advantages, mini,
                                     distributed.local_size(cfg.grpo.micro_batch_size, "grpo.micro_batch_size"),
                                     cfg.pack_width, distill_weights=distill_weights, mesh=p.local_mesh,
-                                    teacher=teacher, agree=distributed.shape_agreement()) if anywhere else [])
+                                    teacher=teacher, agree=distributed.shape_agreement(),
+                                    share_prefixes=cfg.share_prefixes and cfg.pack_width > 0
+                                    and jax.process_count() == 1) if anywhere else [])
     if p.objective.prepare is not None:
       minibatches = [p.objective.prepare(b, p.loss, iteration) for b in minibatches]
     teacher_params = next((q for q in (m.teacher_params() for m in self.methods) if q is not None), None)
@@ -274,10 +276,11 @@ class Trainer:
     counts = np.sum(distributed.allgather([  # over every process's share
         len(samples), len(trained), sum(b.tokens.shape[0] * b.tokens.shape[1] for b in minibatches),
         sum(int(b.segment_ids.astype(bool).sum()) for b in minibatches),
+        sum(int((b.prefix_segment_ids > 0).sum()) for b in minibatches if b.prefix_segment_ids is not None),
         sum(ep.env_failed for ep in it.rollout.episodes), float(jnp.sum(scores))]), axis=0)
     metrics.update({"batch/samples": int(counts[0]), "batch/trained_samples": int(counts[1]),
-                    "batch/rows": int(counts[2]), "batch/tokens": int(counts[3]), "batch/env_failed": int(counts[4]),
-                    "batch/score_mean": float(counts[5] / counts[0])})
+                    "batch/rows": int(counts[2]), "batch/tokens": int(counts[3]), "batch/prefix_tokens": int(counts[4]),
+                    "batch/env_failed": int(counts[5]), "batch/score_mean": float(counts[6] / counts[0])})
     p.log.log(iteration, metrics, phase="train")
     return state, metrics
 

@@ -73,10 +73,8 @@ class Teacher:
     used when the source is "self"."""
     seqs, used = self.teacher_samples(samples, tasks, iteration, first)
     teacher_params = params if self.cfg.source == "self" else self._pool_params
-    # The sequences of a task that read the same skills share their prompt's head: it is forwarded once.
-    keys = [(s.group_id, names) for s, names in zip(seqs, used)]
     return score_teacher(self.model, teacher_params, seqs, top_k=top_k, temperature=temperature,
-                         pack_width=pack_width, rows_per_call=rows_per_call, mesh=mesh, prefix_keys=keys), used
+                         pack_width=pack_width, rows_per_call=rows_per_call, mesh=mesh), used
 
 
 def episode_skills(samples: Sequence[Sample], used: Sequence[Tuple[str, ...]]) -> Dict[int, Tuple[set, float]]:
