@@ -110,8 +110,8 @@ def run_roof(run: Path, machine: dict, gemm: dict) -> dict:
   roof_total = sum(p["roof_s"] for p in parts.values())
   return {"run": str(run), "dtype": dtype, "iterations": len(later),
           "work": {"samples": samples, "prefill_tokens": prefill, "generated_tokens": generated,
-                   "decode_steps": steps, "update_tokens": tokens, "update_prefix_tokens": heads, "mean_sample_tokens": round(length, 1),
-                   "weight_bytes": weights},
+                   "decode_steps": steps, "update_tokens": tokens, "update_prefix_tokens": heads,
+                   "mean_sample_tokens": round(length, 1), "weight_bytes": weights},
           "parts": parts, "iteration_s": round(iteration, 2), "roof_s": round(roof_total, 3),
           "ratio": round(iteration / roof_total, 2),
           "biggest_gap": max(parts, key=lambda k: parts[k]["gap_s"])}

@@ -88,7 +88,7 @@ def _bwd(block, before, res, do):
     p = jnp.exp(_block_scores(q, k, mask, lo, hi, g, before) - lse[:, :, :, lo:hi])  # [b, kv, g, n/g, seen]
     do_i = do[:, :, :, lo:hi].reshape(b, kv, n, hd)
     dv = dv.at[:, :, :seen].add(_bdot(copy_transpose_last2(p.astype(dt).reshape(b, kv, n, seen)), do_i, 0))  # Pᵀ·dO
-    dp = _bdot(do_i, v[:, :, :seen], 1).reshape(p.shape)                                                       # dO·Vᵀ
+    dp = _bdot(do_i, v[:, :, :seen], 1).reshape(p.shape)                                                      # dO·Vᵀ
     ds = (p * (dp - delta[:, :, :, lo:hi])).astype(dt).reshape(b, kv, n, seen)
     dqs.append(_bdot(ds, k[:, :, :seen], 0).reshape(b, kv, g, hi - lo, hd))                                   # dS·K
     dk = dk.at[:, :, :seen].add(_bdot(copy_transpose_last2(ds), q[:, :, :, lo:hi].reshape(b, kv, n, hd), 0))  # dSᵀ·Q

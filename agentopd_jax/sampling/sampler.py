@@ -25,9 +25,9 @@ never enters the cache, positions count from the first real token and the result
 Shared heads (`generate(prefix_keys=...)`): rows of one key (the G rollouts of a task) whose prompts open with the
 same tokens prefill that head once (`batching.prefixes`), when that spares a third of the call's prompt tokens or
 more; its keys and values are copied into each row's first cache slots and the row's own prefill continues from
-there. The cache then holds what a prefill of the whole prompt
-writes, to rounding (attention sums in another order). A row's head depends only on its key's prompts, so a
-rollout split over hosts keeps a group's rows together to draw the same tokens.
+there. The cache then holds what a prefill of the whole prompt writes, to rounding (attention sums in another
+order). Whether a call shares, and which long prompts without a head go through the head rows, depends on the
+call's rows, so a rollout split over hosts draws the same tokens as one call only up to that rounding.
 
 Randomness: `key` is one key for the batch, or one key per row ([B] keys). With row keys a row's tokens depend only
 on its own key and history, not on which rows share its batch, so a rollout split over hosts (or padded to another
@@ -190,10 +190,10 @@ def _append(config: ModelConfig, mesh, params, state: DecodeState, chunk, chunk_
   return DecodeState(cache=_pin_cache(cache, mesh), pending=new_pending)
 
 
-def _seed(config: ModelConfig, mesh, params, state: DecodeState, tokens, lengths, rows):
-  """Writes shared heads into an empty cache: row b gets head rows[b] (-1: none) of `tokens` [P, W] in slots [0, W)."""
-  heads = transformer.prefix_cache(config, params, tokens,
-                                   (jnp.arange(tokens.shape[1])[None, :] < lengths[:, None]).astype(jnp.int32))
+def _seed(config: ModelConfig, mesh, params, state: DecodeState, tokens, segment_ids, rows):
+  """Writes shared heads into an empty cache: row b gets head rows[b] (-1: none) of `tokens` [P, W] (one head per
+  row, `segment_ids` 1 on its tokens) in slots [0, W)."""
+  heads = transformer.prefix_cache(config, params, tokens, segment_ids)
   has, pick = rows >= 0, jnp.maximum(rows, 0)
   w = tokens.shape[1]
   c = state.cache
@@ -369,10 +369,10 @@ class Sampler:
         heads.append(list(prompt[:-1]))
     width = min(_bucket(max(map(len, heads)), self.bucket), state.cache.capacity)
     tokens = np.zeros((_bucket(len(heads), 8), width), np.int32)
-    lengths = np.zeros(tokens.shape[0], np.int32)
+    segments = np.zeros_like(tokens)
     for h, ids in enumerate(heads):
-      tokens[h, :len(ids)], lengths[h] = ids, len(ids)
-    state = self._seed(params, state, jnp.asarray(tokens), jnp.asarray(lengths), jnp.asarray(which, jnp.int32))
+      tokens[h, :len(ids)], segments[h, :len(ids)] = ids, 1
+    state = self._seed(params, state, jnp.asarray(tokens), jnp.asarray(segments), jnp.asarray(which, jnp.int32))
     return state, skip, sum(map(len, heads))  # a long prompt's own head saves nothing: skip and head cancel
 
   def _feed_and_decode(self, params, state, chunks, key, sampling, active, row_max_new, row_stops, first_turn,

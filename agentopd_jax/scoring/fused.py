@@ -13,9 +13,9 @@ and the batch carries their log-probs as constants. Their top-k support comes ba
 the policy's log-probs at those ids (with gradients), for divergences over the teacher's top-k.
 
 Shared prefixes (`batching.prefixes`): a row with `ScoreBatch.prefix_of[b] >= 0` continues segment
-`prefix_segment[b]` of that head row, whose keys and values each branch passes in `prefixes` (`transformer.prefix_cache`, computed once per mini-batch by the
-train step, which also carries the policy prefix's gradient back through its forward). Its positions start after
-the prefix.
+`prefix_segment[b]` of that head row, whose keys and values each branch passes in `prefixes`
+(`transformer.prefix_cache`, computed once per mini-batch by the train step, which also carries the policy
+prefix's gradient back through its forward). Its positions start after the prefix.
 
 Policy outputs carry gradients (use inside a loss). Teacher and reference outputs are stop-gradient, and so are
 the gaps: they are signals that weight or gate a loss (SDAR's gate σ(β·Δ), OPID's advantage Δ) and must not pull

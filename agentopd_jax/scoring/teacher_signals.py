@@ -55,11 +55,8 @@ def _scorer(config: ModelConfig, top_k: int, temperature: float, prefixed: bool)
 
 @functools.lru_cache(maxsize=None)
 def _prefill(config: ModelConfig):
-  """jit: (params, prefix tokens [G, P], their lengths) -> the prefixes' KV cache, one prefix per row."""
-  def run(params, tokens, lengths):
-    segment_ids = (jnp.arange(tokens.shape[1])[None, :] < lengths[:, None]).astype(jnp.int32)
-    return transformer.prefix_cache(config, params, tokens, segment_ids)
-  return jax.jit(run)
+  """jit: (params, prefix tokens [G, P], their segment ids) -> the prefixes' KV cache."""
+  return jax.jit(functools.partial(transformer.prefix_cache, config))
 
 
 def _rows(samples, layout, skip, width, rows, scored):
@@ -110,10 +107,10 @@ def score_teacher(model: ModelConfig, params, samples: Sequence[Sample], *, top_
   heads = None
   if prefixes:
     n, capacity = round_up(len(prefixes), 8), round_up(max(map(len, prefixes)), PAD_MULTIPLE)
-    tokens, lengths = np.zeros((n, capacity), np.int32), np.zeros(n, np.int32)
+    tokens, segments = np.zeros((n, capacity), np.int32), np.zeros((n, capacity), np.int32)
     for g, ids in enumerate(prefixes):
-      tokens[g, :len(ids)], lengths[g] = ids, len(ids)
-    heads = replicate(_prefill(model)(params, jnp.asarray(tokens), jnp.asarray(lengths)))
+      tokens[g, :len(ids)], segments[g, :len(ids)] = ids, 1
+    heads = replicate(_prefill(model)(params, jnp.asarray(tokens), jnp.asarray(segments)))
 
   out: List[Optional[TeacherSignal]] = [None] * len(samples)
   for prefixed in (True, False):
