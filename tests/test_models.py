@@ -86,6 +86,37 @@ def test_padding_and_packing_invariance(hf_checkpoints, family):
   np.testing.assert_allclose(out[0, 23:37], ref_b, atol=TOL)
 
 
+@pytest.mark.parametrize("family", HF_FAMILIES)
+def test_read_positions_give_a_full_forwards_states_there(hf_checkpoints, family):
+  """forward(read=...) runs the last layer at the read positions only; its states there are the full forward's,
+  in packed rows, in rows that continue shared heads (cache_rows), and appended to a cache."""
+  _, path = hf_checkpoints[family]
+  config, params = hf_io.load_hf(path)
+  rng = np.random.RandomState(2)
+  tokens = jnp.asarray(rng.randint(0, config.vocab_size, (2, 24)))
+  seg = jnp.asarray([[1] * 10 + [2] * 11 + [0] * 3, [1] * 24])
+  read = jnp.asarray([[0, 9, 10, 20, 20, 23], [5, 6, 7, 21, 22, 23]])
+  full, _ = transformer.forward(config, params, tokens, segment_ids=seg)
+  got, cache = transformer.forward(config, params, tokens, segment_ids=seg, read=read)
+  assert cache is None and got.shape == (2, 6, config.hidden_size)
+  np.testing.assert_allclose(got, jnp.take_along_axis(full, read[..., None], axis=1), atol=TOL)
+
+  heads = transformer.prefix_cache(config, params, tokens[:, :8], jnp.asarray([[1] * 8, [1] * 5 + [0] * 3]))
+  rows = jnp.asarray([1, 0])
+  positions = jnp.asarray([[5] * 24, [8] * 24]) + transformer.positions_from_segments(seg)
+  kw = dict(positions=positions, segment_ids=seg, cache=heads, cache_shared=True, cache_rows=rows)
+  full, _ = transformer.forward(config, params, tokens, **kw)
+  got, _ = transformer.forward(config, params, tokens, **kw, read=read)
+  np.testing.assert_allclose(got, jnp.take_along_axis(full, read[..., None], axis=1), atol=TOL)
+
+  # A chunk appended to a cache with `read` writes the cache a whole chunk writes.
+  cache = transformer.KVCache.init(config, 2, 32)
+  _, want = transformer.forward(config, params, tokens, segment_ids=seg, cache=cache)
+  _, got = transformer.forward(config, params, tokens, segment_ids=seg, cache=cache, read=read)
+  for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(got)):
+    np.testing.assert_allclose(b, a, atol=TOL)
+
+
 def test_positions_from_segments():
   seg = jnp.array([[0, 0, 1, 1, 1], [1, 1, 2, 2, 0], [3, 3, 3, 0, 0]])
   np.testing.assert_array_equal(transformer.positions_from_segments(seg),

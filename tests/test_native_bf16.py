@@ -225,3 +225,35 @@ def test_bf16_train_step_and_decode_multiply_only_bf16():
   for jitted, args, kwargs in calls:
     dots = dot_operand_dtypes(jitted.lower(*args, **kwargs).compile().as_text())
     assert dots and all(pair == ("bf16", "bf16") for pair in dots), dots
+
+
+def test_decode_writes_a_bf16_cache_in_place(monkeypatch):
+  """On CPU the sampler keeps a bf16 cache as its uint16 bit pattern (`transformer.storage_dtype`): the compiled
+  decode loop then has no op that widens the [layers, B, kv, S, hd] cache to f32 (XLA:CPU has no bf16 scatter),
+  and the tokens and log-probs are those of a cache kept in bf16, bit for bit."""
+  params = transformer.init_params(F32, jax.random.key(0))
+  prompts = [[5, 6, 7, 8, 9], [11, 12], [13] * 9]
+  sampling = SamplingParams(max_new_tokens=6, temperature=1.0)
+  assert transformer.storage_dtype(BF16) == jnp.uint16 and transformer.storage_dtype(F32) == jnp.float32
+
+  sampler = Sampler(BF16, pad_id=0)
+  calls = []
+  decode = sampler._decode
+
+  def recording(*args, **kwargs):
+    calls.append((jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), args), kwargs))
+    return decode(*args, **kwargs)
+
+  sampler._decode = recording
+  out = sampler.generate(params, prompts, jax.random.key(1), sampling)
+  args, kwargs = calls[0]
+  cache = args[1].cache
+  assert cache.k.dtype == jnp.uint16
+  hlo = decode.lower(*args, **kwargs).compile().as_text()
+  widened = f"f32[{','.join(map(str, cache.k.shape))}]"
+  assert widened not in hlo
+
+  monkeypatch.setattr(transformer, "storage_dtype", lambda config: config.compute_dtype)
+  plain = Sampler(BF16, pad_id=0).generate(params, prompts, jax.random.key(1), sampling)
+  np.testing.assert_array_equal(out.tokens, plain.tokens)
+  np.testing.assert_array_equal(out.logprobs, plain.logprobs)

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from agentopd_jax.batching.collate import ScoreBatch
+from agentopd_jax.batching.collate import ScoreBatch, scored_targets
 from agentopd_jax.models import transformer
 from agentopd_jax.models.config import preset
 from agentopd_jax.scoring.chunked import token_stats
@@ -235,3 +235,35 @@ def test_gaps_carry_no_gradient(three_params, batch):
   jac = jax.tree.leaves(jax.jacrev(gated_and_plain)(policy))   # one compile, a [2, ...] gradient per leaf
   assert all(float(jnp.abs(g[0]).max()) == 0.0 for g in jac)
   assert max(float(jnp.abs(g[1]).max()) for g in jac) > 0.0
+
+
+def test_scored_targets_lists_each_rows_loss_targets():
+  mask = np.array([[1, 0, 1, 1, 0, 0], [0, 0, 0, 0, 0, 2], [0, 0, 0, 0, 0, 0]], np.float32)
+  np.testing.assert_array_equal(scored_targets(mask, 4), [[2, 3, 0, 0], [5, 0, 0, 0], [0, 0, 0, 0]])
+  with pytest.raises(ValueError, match="width 1"):
+    scored_targets(mask, 1)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_scored_targets_score_like_every_position(three_params, batch, packed):
+  """`ScoreBatch.scored` (the last layer and the log-softmax at the loss targets only): every output of the three
+  branches, top-k and gathered ids included, and the policy's gradient, are those of scoring every position."""
+  policy, reference, teacher = three_params
+  seg = np.array(batch.segment_ids)
+  if packed:
+    seg[0, 10:] = 2
+  ids = jax.random.randint(jax.random.key(9), batch.tokens.shape + (5,), 0, CONFIG.vocab_size)
+  full = ScoreBatch(tokens=batch.tokens, segment_ids=jnp.asarray(seg), loss_mask=batch.loss_mask, gather_ids=ids)
+  read = full.replace(scored=jnp.asarray(scored_targets(np.asarray(batch.loss_mask), 32)))
+  cfg = ScoreConfig(teacher="params", top_k=4, vocab_chunk=CHUNK)
+  want, got = (score(CONFIG, cfg, policy, reference, teacher, b) for b in (full, read))
+  for name in want.keys():
+    np.testing.assert_allclose(np.asarray(got[name]), np.asarray(want[name]), atol=1e-5, err_msg=name)
+
+  def loss(p, b):
+    out = score(CONFIG, cfg, p, reference, teacher, b)
+    return (out.policy_logprobs.sum() + 0.1 * out.policy_entropy.sum() + 0.01 * out.policy_topk_logprobs.sum()
+            + 0.01 * out.policy_gathered_logprobs.sum())
+
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=2e-5, rtol=1e-4),
+               jax.grad(loss)(policy, read), jax.grad(loss)(policy, full))

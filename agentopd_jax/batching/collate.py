@@ -27,6 +27,7 @@ class ScoreBatch:
   gather_ids: Optional[jnp.ndarray] = None         # [B, T, K] int32: ids whose policy log-probs to return (per target)
   prefix_of: Optional[jnp.ndarray] = None          # [B] int32: the head row each row continues (-1: none)
   prefix_segment: Optional[jnp.ndarray] = None     # [B] int32: its head's segment in that row
+  scored: Optional[jnp.ndarray] = None             # [B, K] int32: every loss target of the row (0: none), see below
 
 
 @chex.dataclass
@@ -54,11 +55,14 @@ class TrainBatch:
   prefix_segment: Optional[jnp.ndarray] = None        # [B] int32
   prefix_tokens: Optional[jnp.ndarray] = None         # [1, P, W] int32
   prefix_segment_ids: Optional[jnp.ndarray] = None    # [1, P, W] int32: 1, 2, ... per head, 0 on padding
+  # The loss targets of each row (`scored_targets`), so that the scoring step runs its last layer and the vocab's
+  # log-softmax there only. None: at every position.
+  scored: Optional[jnp.ndarray] = None                # [B, K] int32, 0 past a row's last
 
   def score_batch(self) -> ScoreBatch:
     return ScoreBatch(tokens=self.tokens, segment_ids=self.segment_ids, loss_mask=self.loss_mask,
                       positions=self.positions, gather_ids=self.teacher_topk_ids, prefix_of=self.prefix_of,
-                      prefix_segment=self.prefix_segment)
+                      prefix_segment=self.prefix_segment, scored=self.scored)
 
 
 @dataclasses.dataclass
@@ -68,6 +72,20 @@ class TeacherSignal:
   logprobs: np.ndarray
   topk_ids: Optional[np.ndarray] = None
   topk_logprobs: Optional[np.ndarray] = None
+
+
+def scored_targets(loss_mask: np.ndarray, width: int) -> np.ndarray:
+  """[..., T] loss mask -> [..., width] int32: the targets t >= 1 with a loss, per row in order, 0 after them."""
+  mask = np.asarray(loss_mask) > 0
+  mask[..., 0] = False
+  out = np.zeros(mask.shape[:-1] + (width,), np.int32)
+  counts = mask.sum(-1)
+  if counts.size and counts.max() > width:
+    raise ValueError(f"scored_targets: a row has {counts.max()} loss targets, over the width {width}")
+  index = np.nonzero(mask)
+  slot = np.cumsum(mask, axis=-1)[index] - 1
+  out[index[:-1] + (slot,)] = index[-1]
+  return out
 
 
 def round_up(n: int, multiple: int) -> int:

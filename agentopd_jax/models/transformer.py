@@ -41,9 +41,9 @@ def _param(module: nn.Module, name: str, shape, axes, init=_init):
 class KVCache:
   """Per-row key/value cache.
 
-  k, v: [layers, B, kv_heads, S, head_dim] (heads before slots so attention reads them without a transpose);
-  segment_ids: [B, S] (0 = empty slot); lengths: [B] write pointer,
-  which is also the number of valid tokens in the row (valid slots are always the prefix [0, lengths)).
+  k, v: [layers, B, kv_heads, S, head_dim] (heads before slots so attention reads them without a transpose), in the
+  compute dtype or stored as its bit pattern (`storage_dtype`); segment_ids: [B, S] (0 = empty slot); lengths: [B]
+  write pointer, which is also the number of valid tokens in the row (valid slots are always the prefix [0, lengths)).
   """
   k: jnp.ndarray
   v: jnp.ndarray
@@ -55,10 +55,33 @@ class KVCache:
     return self.k.shape[3]
 
   @classmethod
-  def init(cls, config: ModelConfig, batch: int, capacity: int) -> "KVCache":
+  def init(cls, config: ModelConfig, batch: int, capacity: int, dtype=None) -> "KVCache":
     shape = (config.num_layers, batch, config.num_kv_heads, capacity, config.head_dim)
-    return cls(k=jnp.zeros(shape, config.compute_dtype), v=jnp.zeros(shape, config.compute_dtype),
+    dtype = config.compute_dtype if dtype is None else dtype
+    return cls(k=jnp.zeros(shape, dtype), v=jnp.zeros(shape, dtype),
                segment_ids=jnp.zeros((batch, capacity), jnp.int32), lengths=jnp.zeros((batch,), jnp.int32))
+
+
+def storage_dtype(config: ModelConfig):
+  """The dtype a cache that is written step after step (the sampler's) keeps its keys and values in: on the CPU
+  backend below f32, the uint16 bit pattern of the compute dtype, else the compute dtype itself.
+
+  Why: XLA:CPU has no bf16 scatter. Writing one decode step's keys into a bf16 cache widens the whole cache to f32
+  and back, which for 32 rows of ~1 k slots was most of the step's time; a uint16 scatter is done in place, and
+  attention reads each layer's slots through a bitcast."""
+  dt = jnp.dtype(config.compute_dtype)
+  return jnp.uint16 if dt.itemsize == 2 and jax.default_backend() == "cpu" else dt
+
+
+def to_storage(x, dtype):
+  """Keys or values in the compute dtype as a cache of `dtype` stores them (`storage_dtype`)."""
+  if dtype == jnp.uint16 and x.dtype != jnp.uint16:
+    return jax.lax.bitcast_convert_type(x, jnp.uint16)
+  return x.astype(dtype)
+
+
+def _from_storage(x, dt):
+  return jax.lax.bitcast_convert_type(x, dt) if x.dtype == jnp.uint16 else x
 
 
 def _chunk_slots(starts: jnp.ndarray, valid: jnp.ndarray, capacity: int) -> jnp.ndarray:
@@ -135,20 +158,25 @@ class Attention(nn.Module):
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, x, cos, sin, chunk_mask, layer_cache, cache_mask, cache_rows=None):
+  def __call__(self, x, cos, sin, chunk_mask, layer_cache, cache_mask, cache_rows=None, read=None):
     """Attention of the chunk x [B, T, D] over (cached keys, then the chunk's own keys).
 
     The cache block is only read here; the chunk's new (k, v) are returned and written into the cache once for all
     layers by the caller, so a decode step never copies the cache. One softmax spans both blocks. `cache_rows` [B]:
     the cache holds shared prefixes and row b reads prefix cache_rows[b] (gathered here, one layer at a time).
+    `read` [B, K]: only the queries at these chunk positions are computed (keys and values still at every position);
+    the output is [B, K, D].
     """
+    c = self.config
+    dt = c.compute_dtype
     if cache_rows is not None:
       pick = jnp.maximum(cache_rows, 0)
       layer_cache = (jnp.take(layer_cache[0], pick, axis=0), jnp.take(layer_cache[1], pick, axis=0))
-    c = self.config
-    dt = c.compute_dtype
+    if layer_cache is not None:
+      layer_cache = (_from_storage(layer_cache[0], dt), _from_storage(layer_cache[1], dt))
     d, h, kv, hd = c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim
-    q = _project("btd,dhk->bthk", x, _param(self, "q_kernel", (d, h, hd), ("embed", "q_heads", "head_dim")), dt)
+    x_q = x if read is None else _at(x, read)
+    q = _project("btd,dhk->bthk", x_q, _param(self, "q_kernel", (d, h, hd), ("embed", "q_heads", "head_dim")), dt)
     k = _project("btd,dhk->bthk", x, _param(self, "k_kernel", (d, kv, hd), ("embed", "kv_heads", "head_dim")), dt)
     v = _project("btd,dhk->bthk", x, _param(self, "v_kernel", (d, kv, hd), ("embed", "kv_heads", "head_dim")), dt)
     if c.qkv_bias:
@@ -159,10 +187,14 @@ class Attention(nn.Module):
     if c.qk_norm:
       q = RMSNorm(c, axis_name="head_dim", name="q_norm")(q)
       k = RMSNorm(c, axis_name="head_dim", name="k_norm")(k)
-    q = apply_rope(q, cos, sin)
+    q = apply_rope(q, cos, sin) if read is None else apply_rope(q, _at(cos, read), _at(sin, read))
     k = apply_rope(k, cos, sin)
 
-    if c.attention_impl == "xla" and dt != jnp.float32 and (layer_cache is None or q.shape[1] > 1):
+    if read is not None:
+      # A few queries per row: the einsum path over their rows of the masks.
+      out = _xla_attention(q, k, v, _at(chunk_mask, read), layer_cache,
+                           None if cache_mask is None else _at(cache_mask, read))
+    elif c.attention_impl == "xla" and dt != jnp.float32 and (layer_cache is None or q.shape[1] > 1):
       # Below f32, a chunk (not a one-token decode step): no scores above the diagonal, flash backward.
       cached = None if layer_cache is None else (layer_cache[0], layer_cache[1], cache_mask)
       out = blocked_attention(q, k, v, chunk_mask, cache=cached)
@@ -196,12 +228,38 @@ class DecoderLayer(nn.Module):
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, x, layer_cache, cos, sin, chunk_mask, cache_mask, cache_rows):
+  def __call__(self, x, layer_cache, cos, sin, chunk_mask, cache_mask, cache_rows, read=None):
     attn_out, new_kv = Attention(self.config, name="attn")(
-        RMSNorm(self.config, name="input_norm")(x), cos, sin, chunk_mask, layer_cache, cache_mask, cache_rows)
-    x = x + attn_out
+        RMSNorm(self.config, name="input_norm")(x), cos, sin, chunk_mask, layer_cache, cache_mask, cache_rows, read)
+    x = (x if read is None else _at(x, read)) + attn_out
     x = x + MLP(self.config, name="mlp")(RMSNorm(self.config, name="post_attn_norm")(x))
     return x, new_kv
+
+
+def _at(x, read):
+  """x [B, T, ...] at the positions read [B, K] of each row: [B, K, ...]."""
+  return jnp.take_along_axis(x, read.reshape(read.shape + (1,) * (x.ndim - 2)), axis=1)
+
+
+def _read_layers(c: ModelConfig, params, x, layer_caches, cos, sin, chunk_mask, cache_mask, cache_rows, read):
+  """The layer stack when only the final hidden states at `read` [B, K] are wanted: every layer but the last over
+  all positions (their keys and values feed the next layer), the last with queries, residual and MLP at `read`
+  only; and every layer's keys and values [L, B, T, kv, hd]. For a scorer that reads a few completion tokens per row,
+  or a prefill that reads none, this drops most of the last layer's work."""
+  front = jax.tree.map(lambda a: a[:-1], params)
+  last = jax.tree.map(lambda a: a[-1], params)
+  caches = (None, None) if layer_caches is None else (
+      jax.tree.map(lambda a: a[:-1], layer_caches), jax.tree.map(lambda a: a[-1], layer_caches))
+
+  def layer(x, p, layer_cache, where=None):
+    return DecoderLayer(c, parent=None).apply({"params": p}, x, layer_cache, cos, sin, chunk_mask, cache_mask,
+                                              cache_rows, where)
+
+  if c.remat:
+    layer = jax.checkpoint(layer, prevent_cse=False)
+  x, kv = jax.lax.scan(lambda h, xs: layer(h, *xs), x, (front, caches[0]), unroll=_layer_unroll(c))
+  x, last_kv = layer(x, last, caches[1], read)
+  return x, jax.tree.map(lambda a, b: jnp.concatenate([a, b[None]]), kv, last_kv)
 
 
 def _layer_unroll(c: ModelConfig) -> int:
@@ -227,12 +285,14 @@ class Decoder(nn.Module):
   cache, which the backward pass of the update would keep). Such a call returns no cache.
   cache_segments: [B] with cache_rows: the prefix of row b is segment cache_segments[b] of its cache row (prefixes
   packed several to a row); None: every filled slot of the cache row.
+  read: [B, K] positions; the hidden states are returned at these only ([B, K, D]) and the last layer computes
+  nothing else there (`_read_layers`).
   """
   config: ModelConfig
 
   @nn.compact
   def __call__(self, tokens, positions, segment_ids, cache: Optional[KVCache] = None, cache_empty: bool = False,
-               cache_shared: bool = False, cache_rows=None, cache_segments=None
+               cache_shared: bool = False, cache_rows=None, cache_segments=None, read=None
                ) -> Tuple[jnp.ndarray, Optional[KVCache]]:
     c = self.config
     embedding = _param(self, "embedding", (c.vocab_size, c.hidden_size), ("vocab", "embed"))
@@ -267,7 +327,11 @@ class Decoder(nn.Module):
     stack = nn.scan(layer, variable_axes={"params": 0}, split_rngs={"params": True},
                     in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
                     length=c.num_layers, metadata_params={nn.PARTITION_NAME: "layers"}, unroll=_layer_unroll(c))
-    x, (new_k, new_v) = stack(c, name="layers")(x, layer_caches, cos, sin, chunk_mask, cache_mask, cache_rows)
+    if read is None:
+      x, (new_k, new_v) = stack(c, name="layers")(x, layer_caches, cos, sin, chunk_mask, cache_mask, cache_rows)
+    else:
+      x, (new_k, new_v) = _read_layers(c, self.variables["params"]["layers"], x, layer_caches, cos, sin, chunk_mask,
+                                       cache_mask, cache_rows, read)
     x = RMSNorm(c, name="final_norm")(x)
     if not c.tie_embeddings:
       _param(self, "lm_head", (c.hidden_size, c.vocab_size), ("embed", "vocab"))
@@ -278,8 +342,10 @@ class Decoder(nn.Module):
     rows = jnp.arange(tokens.shape[0])[:, None]
     # new_k: [L, B, T, kv, hd]; indexing dims (B, S) of [L, B, kv, S, hd] puts (B, T) first: [B, T, L, kv, hd].
     new_cache = KVCache(
-        k=cache.k.at[:, rows, :, slots].set(jnp.transpose(new_k, (1, 2, 0, 3, 4)).astype(cache.k.dtype), mode="drop"),
-        v=cache.v.at[:, rows, :, slots].set(jnp.transpose(new_v, (1, 2, 0, 3, 4)).astype(cache.v.dtype), mode="drop"),
+        k=cache.k.at[:, rows, :, slots].set(to_storage(jnp.transpose(new_k, (1, 2, 0, 3, 4)), cache.k.dtype),
+                                            mode="drop"),
+        v=cache.v.at[:, rows, :, slots].set(to_storage(jnp.transpose(new_v, (1, 2, 0, 3, 4)), cache.v.dtype),
+                                            mode="drop"),
         segment_ids=cache.segment_ids.at[rows, slots].set(segment_ids, mode="drop"),
         lengths=cache.lengths + jnp.sum(valid, axis=1).astype(jnp.int32))
     return x, new_cache
@@ -365,8 +431,8 @@ def param_shardings(config: ModelConfig, mesh, rules=None):
 
 
 def forward(config: ModelConfig, params, tokens, positions=None, segment_ids=None, cache=None, cache_empty=False,
-            cache_shared=False, cache_rows=None, cache_segments=None):
-  """Functional entry point: returns (hidden [B, T, D], new cache or None)."""
+            cache_shared=False, cache_rows=None, cache_segments=None, read=None):
+  """Functional entry point: returns (hidden [B, T, D] or at `read` [B, K, D], new cache or None)."""
   if cache_rows is not None and not cache_shared:
     raise ValueError("forward: cache_rows (rows continuing shared prefixes) needs cache_shared=True")
   if segment_ids is None:
@@ -374,4 +440,4 @@ def forward(config: ModelConfig, params, tokens, positions=None, segment_ids=Non
   if positions is None:
     positions = positions_from_segments(segment_ids)
   return Decoder(config).apply({"params": params}, tokens, positions, segment_ids, cache, cache_empty, cache_shared,
-                               cache_rows, cache_segments)
+                               cache_rows, cache_segments, read)

@@ -186,7 +186,9 @@ def _append(config: ModelConfig, mesh, params, state: DecodeState, chunk, chunk_
   """Feeds right-padded `chunk` [B, T] (chunk_lens valid per row) into the cache; sets the new pending tokens."""
   segment = (jnp.arange(chunk.shape[1])[None, :] < chunk_lens[:, None]).astype(jnp.int32)
   positions = state.cache.lengths[:, None] + jnp.arange(chunk.shape[1])[None, :]
-  _, cache = transformer.forward(config, params, chunk, positions, segment, state.cache, cache_empty=cache_empty)
+  # Only the keys and values are kept: the last layer's queries, attention output and MLP run at one position.
+  _, cache = transformer.forward(config, params, chunk, positions, segment, state.cache, cache_empty=cache_empty,
+                                 read=jnp.zeros((chunk.shape[0], 1), jnp.int32))
   return DecodeState(cache=_pin_cache(cache, mesh), pending=new_pending)
 
 
@@ -200,7 +202,8 @@ def _seed(config: ModelConfig, mesh, params, state: DecodeState, tokens, segment
 
   def put(buf, new):  # [L, B, kv, S, hd] <- [L, P, kv, W, hd] at rows with a head
     keep = buf[:, :, :, :w]
-    return buf.at[:, :, :, :w].set(jnp.where(has[None, :, None, None, None], jnp.take(new, pick, axis=1), keep))
+    new = transformer.to_storage(jnp.take(new, pick, axis=1), buf.dtype)
+    return buf.at[:, :, :, :w].set(jnp.where(has[None, :, None, None, None], new, keep))
 
   cache = transformer.KVCache(
       k=put(c.k, heads.k), v=put(c.v, heads.v),
@@ -285,7 +288,7 @@ class Sampler:
   # --- public API ------------------------------------------------------------------------------------------
 
   def init_state(self, batch: int, cache_size: int) -> DecodeState:
-    cache = transformer.KVCache.init(self.config, batch, cache_size)
+    cache = transformer.KVCache.init(self.config, batch, cache_size, transformer.storage_dtype(self.config))
     if self.mesh is not None:
       cache = jax.device_put(cache, transformer.cache_shardings(cache, self.mesh))
     return DecodeState(cache=cache, pending=jnp.zeros((batch,), jnp.int32))

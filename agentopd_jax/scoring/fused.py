@@ -17,6 +17,11 @@ Shared prefixes (`batching.prefixes`): a row with `ScoreBatch.prefix_of[b] >= 0`
 (`transformer.prefix_cache`, computed once per mini-batch by the train step, which also carries the policy
 prefix's gradient back through its forward). Its positions start after the prefix.
 
+Loss targets only (`ScoreBatch.scored`, the targets of each row that have a loss): the last layer (queries,
+attention, MLP) and the vocab-chunked statistics run at the states that predict them, not at every position
+(`transformer.forward(read=...)`): in an agent's step samples the completion is a few percent of a row, so this
+takes most of the last layer and of the log-softmax out of the update. The outputs are the same [B, T] arrays.
+
 Policy outputs carry gradients (use inside a loss). Teacher and reference outputs are stop-gradient, and so are
 the gaps: they are signals that weight or gate a loss (SDAR's gate σ(β·Δ), OPID's advantage Δ) and must not pull
 the policy themselves. A loss that needs the gradient through the policy log-prob (the KL penalty) computes it
@@ -102,11 +107,31 @@ def score(config: ModelConfig, score_config: ScoreConfig, policy_params, referen
   mask = ((batch.loss_mask > 0) & _predicted(batch.segment_ids)).astype(jnp.float32)
   stats_kw = dict(chunk=sc.vocab_chunk, temperature=sc.temperature, compute_dtype=config.compute_dtype)
 
+  if batch.scored is None:
+    read, targets_at = None, targets
+    spread = _shift_in
+  else:  # the states at t - 1 of the scored targets t, and back to [B, T] at t (padding adds zeros at target 1)
+    read, valid = jnp.maximum(batch.scored - 1, 0), batch.scored > 0
+    targets_at = jnp.take_along_axis(tokens, read + 1, axis=1)
+    rows = jnp.arange(tokens.shape[0])[:, None]
+
+    def spread(x):
+      on = valid.reshape(valid.shape + (1,) * (x.ndim - 2))
+      return jnp.zeros(tokens.shape + x.shape[2:], x.dtype).at[rows, read + 1].add(jnp.where(on, x, 0))
+
   def hidden_of(params, branch):
+    """The final states that predict the targets: [B, T-1, D] (targets 1..T-1) or [B, K, D] at `read`."""
     if prefixes is None:
-      return transformer.forward(config, params, tokens, batch.positions, batch.segment_ids)[0]
-    return transformer.forward(config, params, tokens, batch.positions, batch.segment_ids, prefixes[branch],
-                               cache_shared=True, cache_rows=batch.prefix_of, cache_segments=batch.prefix_segment)[0]
+      h = transformer.forward(config, params, tokens, batch.positions, batch.segment_ids, read=read)[0]
+    else:
+      h = transformer.forward(config, params, tokens, batch.positions, batch.segment_ids, prefixes[branch],
+                              cache_shared=True, cache_rows=batch.prefix_of, cache_segments=batch.prefix_segment,
+                              read=read)[0]
+    return h[:, :-1] if read is None else h
+
+  def at_targets(x):  # [B, T, ...] per target -> what hidden_of's states predict
+    return x[:, 1:] if read is None else jnp.take_along_axis(x, (read + 1).reshape(read.shape + (1,) * (x.ndim - 2)),
+                                                             axis=1)
 
   def masked(x, m=mask):
     return x * (m[..., None] if x.ndim == 3 else m)
@@ -116,38 +141,38 @@ def score(config: ModelConfig, score_config: ScoreConfig, policy_params, referen
   topk_ids = None
   if sc.policy:
     h = hidden_of(policy_params, "policy")
-    gather = None if batch.gather_ids is None else batch.gather_ids[:, 1:]
-    st = token_stats(h[:, :-1], transformer.unembed_weight(config, policy_params), targets, top_k=sc.top_k,
+    gather = None if batch.gather_ids is None else at_targets(batch.gather_ids)
+    st = token_stats(h, transformer.unembed_weight(config, policy_params), targets_at, top_k=sc.top_k,
                      entropy=sc.entropy, gather_ids=gather, **stats_kw)
-    policy_lp = masked(_shift_in(st.logprobs))
+    policy_lp = masked(spread(st.logprobs))
     out.policy_logprobs = policy_lp
     if sc.entropy:
-      out.policy_entropy = masked(_shift_in(st.entropy))
+      out.policy_entropy = masked(spread(st.entropy))
     if sc.top_k:
-      topk_ids = jax.lax.stop_gradient(_shift_in(st.topk_ids))
+      topk_ids = jax.lax.stop_gradient(spread(st.topk_ids))
       out.policy_topk_ids = topk_ids * mask[..., None].astype(jnp.int32)
-      out.policy_topk_logprobs = masked(_shift_in(st.topk_logprobs))
+      out.policy_topk_logprobs = masked(spread(st.topk_logprobs))
     if gather is not None:
-      out.policy_gathered_logprobs = masked(_shift_in(st.gathered_logprobs))
+      out.policy_gathered_logprobs = masked(spread(st.gathered_logprobs))
 
   if sc.reference:
     if reference_params is None:
       raise ValueError("ScoreConfig.reference=True but no reference params were given")
     h = hidden_of(reference_params, "reference")
-    st = token_stats(h[:, :-1], transformer.unembed_weight(config, reference_params), targets, **stats_kw)
-    out.reference_logprobs = jax.lax.stop_gradient(masked(_shift_in(st.logprobs)))
+    st = token_stats(h, transformer.unembed_weight(config, reference_params), targets_at, **stats_kw)
+    out.reference_logprobs = jax.lax.stop_gradient(masked(spread(st.logprobs)))
     if policy_lp is not None:
       out.reference_gap = jax.lax.stop_gradient(out.reference_logprobs - policy_lp)
 
   if sc.teacher == "params":
     if teacher_params is None:
       raise ValueError("ScoreConfig.teacher='params' but no teacher params were given")
-    h = hidden_of(teacher_params, "teacher")[:, :-1]
-    st = token_stats(h, transformer.unembed_weight(config, teacher_params), targets,
-                     gather_ids=None if topk_ids is None else topk_ids[:, 1:], **stats_kw)
-    out.teacher_logprobs = jax.lax.stop_gradient(masked(_shift_in(st.logprobs)))
+    h = hidden_of(teacher_params, "teacher")
+    st = token_stats(h, transformer.unembed_weight(config, teacher_params), targets_at,
+                     gather_ids=None if topk_ids is None else at_targets(topk_ids), **stats_kw)
+    out.teacher_logprobs = jax.lax.stop_gradient(masked(spread(st.logprobs)))
     if topk_ids is not None:
-      out.teacher_topk_logprobs = jax.lax.stop_gradient(masked(_shift_in(st.gathered_logprobs)))
+      out.teacher_topk_logprobs = jax.lax.stop_gradient(masked(spread(st.gathered_logprobs)))
     if policy_lp is not None:
       out.teacher_gap = jax.lax.stop_gradient(masked(out.teacher_logprobs - policy_lp))
   return out

@@ -11,8 +11,9 @@ Two things keep this pass cheap, since only the completion tokens are read:
   its keys and values as a cache (`transformer.forward(cache_shared=True)`), packed into rows like the update's. A
   causal model's states of a token depend only on the tokens before it, so the log-probs are those of a forward of
   the whole sequence (to rounding: the attention sums in another order).
-- **Statistics at completion tokens only.** The vocab-chunked log-softmax (and top-k) runs on the hidden states that
-  predict completion tokens, gathered per row, not on every position of the prompts.
+- **Work at completion tokens only.** The last layer (queries, attention, MLP) and the vocab-chunked log-softmax (and
+  top-k) run only at the positions that predict completion tokens (`transformer.forward(read=...)`), not on every
+  position of the prompts: earlier layers still run everywhere, as their keys and values feed the next layer.
 """
 from __future__ import annotations
 
@@ -43,9 +44,8 @@ def _scorer(config: ModelConfig, top_k: int, temperature: float, prefixed: bool)
   targets at the gathered positions. With `prefixed`, row b continues prefix `rows["prefix"][b]` of the cache."""
 
   def run(params, heads, rows):
-    hidden, _ = transformer.forward(config, params, rows["tokens"], rows["positions"], rows["segment_ids"], heads,
-                                    cache_shared=prefixed, cache_rows=rows["prefix"] if prefixed else None)
-    at = jnp.take_along_axis(hidden, rows["at"][..., None], axis=1)
+    at, _ = transformer.forward(config, params, rows["tokens"], rows["positions"], rows["segment_ids"], heads,
+                                cache_shared=prefixed, cache_rows=rows["prefix"] if prefixed else None, read=rows["at"])
     st = token_stats(at, transformer.unembed_weight(config, params), rows["targets"], top_k=top_k,
                      temperature=temperature, compute_dtype=config.compute_dtype)
     return st.logprobs, st.topk_ids, st.topk_logprobs

@@ -23,7 +23,7 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from agentopd_jax.batching.collate import TeacherSignal, TrainBatch, collate, pack_rows, round_up
+from agentopd_jax.batching.collate import TeacherSignal, TrainBatch, collate, pack_rows, round_up, scored_targets
 from agentopd_jax.batching.prefixes import shared_prefixes
 from agentopd_jax.batching.samples import Sample
 import agentopd_jax.methods  # noqa: F401  registers the methods' objectives
@@ -300,6 +300,9 @@ def make_minibatches(samples: Sequence[Sample], advantages: Sequence[float], min
   head row count (rounded up to PACKED_ROW_MULTIPLE and the data-parallel size) and width (to PAD_MULTIPLE). The
   iteration shares heads only if that forwards fewer token slots than whole rows (`_Packing.cost`: rows and head
   rows, padding included). The loss and gradients are those of whole rows, to rounding.
+
+  Each row lists its loss targets (`TrainBatch.scored`, `_with_scored`) where they are at most half of it, so the
+  step's last layer and log-softmax run there only; the loss is that of every position, to rounding.
   """
   if share_prefixes and (not pack_width or agree is not None):
     raise ValueError("make_minibatches: share_prefixes needs packed rows (pack_width > 0) on one process")
@@ -351,7 +354,26 @@ def make_minibatches(samples: Sequence[Sample], advantages: Sequence[float], min
                               **_head_rows(plan.heads[r], place, plan.count, plan.prefix_width))
       out.append(batch)
   # A blank share's rows are all padding (segment id 0), which the loss normaliser counts as no sequence.
-  return [jax.tree.map(np.zeros_like, b) for b in out] if blank else out
+  return _with_scored([jax.tree.map(np.zeros_like, b) for b in out] if blank else out, agree)
+
+
+SCORED_MIN = 32  # the smallest width of `TrainBatch.scored`; wider ones double
+
+
+def _with_scored(batches: List[TrainBatch], agree) -> List[TrainBatch]:
+  """The mini-batches with each row's loss targets listed (`TrainBatch.scored`), so that the step runs its last layer
+  and log-softmax there only, in one width for the iteration (SCORED_MIN doubled until it holds the most targets of
+  any row, agreed over processes). Where that width would be over half a row's the rows stay as they are: reading
+  most positions saves nothing."""
+  most = max(int((b.loss_mask[..., 1:] > 0).sum(-1).max(initial=0)) for b in batches)
+  if agree is not None:
+    (most,) = agree((most,))
+  width = SCORED_MIN
+  while width < most:
+    width *= 2
+  if 2 * width > batches[0].tokens.shape[-1]:
+    return batches
+  return [b.replace(scored=scored_targets(b.loss_mask, width)) for b in batches]
 
 
 @dataclasses.dataclass
