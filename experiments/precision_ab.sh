@@ -3,6 +3,8 @@
 # "bf16 compute on the CPU default"):
 #
 #   bash experiments/precision_ab.sh                  # seeds 0 1 2 into runs/precision_ab, records into results/
+#   OUT=runs/precision_ab2 RESULTS=results/precision_ab2 PLOT=docs/results_precision_ab2.png SEEDS="0 1 2 3 4" \
+#     bash experiments/precision_ab.sh                # the second A/B (docs/results.md), from its own warm start
 #
 # 1. The CPU default's SFT warm start, once, in f32 (`grpo.iterations=0`: SFT and the step-0 validation).
 # 2. Per seed, GRPO from its step-0 checkpoint with f32 compute and with bf16 compute (f32 master weights and Adam
@@ -13,6 +15,7 @@ set -euo pipefail
 SEEDS=${SEEDS:-"0 1 2"}
 OUT=${OUT:-runs/precision_ab}
 RESULTS=${RESULTS:-results/precision_ab}
+PLOT=${PLOT:-docs/results_precision_ab.png}
 CONFIG=configs/alfworld.py
 WARM=$OUT/warm_start
 
@@ -26,4 +29,4 @@ for seed in $SEEDS; do
     python experiments/record_run.py "$OUT/${dtype}_s$seed" "$RESULTS/${dtype}_s$seed"
   done
 done
-python experiments/precision_report.py "$RESULTS" --plot docs/results_precision_ab.png
+python experiments/precision_report.py "$RESULTS" --plot "$PLOT"

@@ -376,7 +376,7 @@ def test_shared_prefixes_only_where_they_save_token_slots():
 
 
 def test_scored_targets_train_like_every_position():
-  """Mini-batches list each row's loss targets (`TrainBatch.scored`, SCORED_MIN doubled to fit the fullest row), and
+  """Mini-batches list each row's loss targets (`TrainBatch.scored`, a quarter row doubled to fit the fullest), and
   the step trains on them as on every position: losses, metrics and params (f32, GRPO + KL + entropy). Rows whose
   loss covers over half of them stay without the list."""
   samples, adv = _grouped_samples()

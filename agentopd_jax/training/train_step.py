@@ -357,21 +357,20 @@ def make_minibatches(samples: Sequence[Sample], advantages: Sequence[float], min
   return _with_scored([jax.tree.map(np.zeros_like, b) for b in out] if blank else out, agree)
 
 
-SCORED_MIN = 32  # the smallest width of `TrainBatch.scored`; wider ones double
-
-
 def _with_scored(batches: List[TrainBatch], agree) -> List[TrainBatch]:
   """The mini-batches with each row's loss targets listed (`TrainBatch.scored`), so that the step runs its last layer
-  and log-softmax there only, in one width for the iteration (SCORED_MIN doubled until it holds the most targets of
-  any row, agreed over processes). Where that width would be over half a row's the rows stay as they are: reading
-  most positions saves nothing."""
+  and log-softmax there only, in one width for the iteration: a quarter of the row width, doubled until it holds the
+  most targets of any row (agreed over processes). Few widths mean few compilations: the CPU default's step samples
+  always fit a quarter. Where the width would be over half a row's the rows stay as they are: reading most positions
+  saves nothing."""
   most = max(int((b.loss_mask[..., 1:] > 0).sum(-1).max(initial=0)) for b in batches)
   if agree is not None:
     (most,) = agree((most,))
-  width = SCORED_MIN
+  row = batches[0].tokens.shape[-1]
+  width = max(row // 4, 1)
   while width < most:
     width *= 2
-  if 2 * width > batches[0].tokens.shape[-1]:
+  if 2 * width > row:
     return batches
   return [b.replace(scored=scored_targets(b.loss_mask, width)) for b in batches]
 
