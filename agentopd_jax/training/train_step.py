@@ -301,7 +301,7 @@ def make_minibatches(samples: Sequence[Sample], advantages: Sequence[float], min
   iteration shares heads only if that forwards fewer token slots than whole rows (`_Packing.cost`: rows and head
   rows, padding included). The loss and gradients are those of whole rows, to rounding.
 
-  Each row lists its loss targets (`TrainBatch.scored`, `_with_scored`) where they are at most half of it, so the
+  Each row lists its loss targets (`TrainBatch.scored`, `with_scored`) where they are at most half of it, so the
   step's last layer and log-softmax run there only; the loss is that of every position, to rounding.
   """
   if share_prefixes and (not pack_width or agree is not None):
@@ -354,11 +354,12 @@ def make_minibatches(samples: Sequence[Sample], advantages: Sequence[float], min
                               **_head_rows(plan.heads[r], place, plan.count, plan.prefix_width))
       out.append(batch)
   # A blank share's rows are all padding (segment id 0), which the loss normaliser counts as no sequence.
-  return _with_scored([jax.tree.map(np.zeros_like, b) for b in out] if blank else out, agree)
+  return with_scored([jax.tree.map(np.zeros_like, b) for b in out] if blank else out, agree)
 
 
-def _with_scored(batches: List[TrainBatch], agree) -> List[TrainBatch]:
-  """The mini-batches with each row's loss targets listed (`TrainBatch.scored`), so that the step runs its last layer
+def with_scored(batches: List[TrainBatch], agree=None) -> List[TrainBatch]:
+  """The mini-batches with each row's loss targets listed (`TrainBatch.scored`) as their loss masks say (call it again
+  after changing a loss mask, with the same `agree`), so that the step runs its last layer
   and log-softmax there only, in one width for the iteration: a quarter of the row width, doubled until it holds the
   most targets of any row (agreed over processes). Few widths mean few compilations: the CPU default's step samples
   always fit a quarter. Where the width would be over half a row's the rows stay as they are: reading most positions
@@ -371,7 +372,7 @@ def _with_scored(batches: List[TrainBatch], agree) -> List[TrainBatch]:
   while width < most:
     width *= 2
   if 2 * width > row:
-    return batches
+    return [b.replace(scored=None) for b in batches]
   return [b.replace(scored=scored_targets(b.loss_mask, width)) for b in batches]
 
 

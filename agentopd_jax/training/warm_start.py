@@ -21,7 +21,8 @@ from agentopd_jax.storage.checkpoints import run_params
 from agentopd_jax.storage.logs import progress
 from agentopd_jax.training.assembly import RunParts, base_seed, demonstration_env
 from agentopd_jax.training import reuse
-from agentopd_jax.training.train_step import BadUpdates, init_state, make_minibatches, make_optimizer, make_train_step
+from agentopd_jax.training.train_step import (BadUpdates, init_state, make_minibatches, make_optimizer, make_train_step,
+                                             with_scored)
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +80,7 @@ def sft(parts: RunParts):
       # choice, where the copying from context must happen, a sizeable share of the loss. A sample's first token
       # has no prediction (position 0), nor, when rows are packed, a context of its own.
       batch.loss_mask = ((batch.positions > 0) + (s.reply_weight - 1.0) * batch.loss_mask).astype(np.float32)
+      (batch,) = with_scored([batch], distributed.shape_agreement())
     state, metrics = step_fn(state, batch)
     metrics = {k: float(v) for k, v in metrics.items()}
     bad_updates.observe(metrics, picked, f"sft step {step + 1}")
