@@ -82,7 +82,10 @@ def test_minibatches_padded_to_the_shape_other_processes_need(pack_width):
     return tuple(max(v, o) for v, o in zip(values, {1: (2,), 3: (2, 384, 8)}[len(values)]))
 
   padded = make_minibatches(samples, [1.0] * 3, 4, 2, pack_width, teacher=teacher, agree=agree)
-  assert seen[0] == (2,) and len(seen) == 2  # the teacher's top-k, then the shape
+  # The teacher's top-k, the shape, then the most loss targets of a row (`TrainBatch.scored`'s width).
+  most = max(int((mb.loss_mask[..., 1:] > 0).sum(-1).max()) for mb in mine)
+  assert seen[0] == (2,) and seen[2] == (most,) and len(seen) == 3
+  assert padded[0].scored.shape == padded[0].tokens.shape[:2] + (384 // 4,)
   assert len(padded) == 2 and padded[0].tokens.shape[-1] == 384
   rows = padded[0].tokens.shape[0] * padded[0].tokens.shape[1]
   assert rows == (8 if pack_width else 4)

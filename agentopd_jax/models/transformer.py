@@ -245,20 +245,17 @@ def _read_layers(c: ModelConfig, params, x, layer_caches, cos, sin, chunk_mask, 
   """The layer stack when only the final hidden states at `read` [B, K] are wanted: every layer but the last over
   all positions (their keys and values feed the next layer), the last with queries, residual and MLP at `read`
   only; and every layer's keys and values [L, B, T, kv, hd]. For a scorer that reads a few completion tokens per row,
-  or a prefill that reads none, this drops most of the last layer's work."""
-  front = jax.tree.map(lambda a: a[:-1], params)
-  last = jax.tree.map(lambda a: a[-1], params)
-  caches = (None, None) if layer_caches is None else (
-      jax.tree.map(lambda a: a[:-1], layer_caches), jax.tree.map(lambda a: a[-1], layer_caches))
-
-  def layer(x, p, layer_cache, where=None):
-    return DecoderLayer(c, parent=None).apply({"params": p}, x, layer_cache, cos, sin, chunk_mask, cache_mask,
-                                              cache_rows, where)
+  or a prefill that reads none, this drops most of the last layer's work. Each layer's weights and cache are indexed
+  out of the stacks inside the loop, as `nn.scan` does, so no copy of the stacked weights is made."""
+  def layer(x, i, where=None):
+    p, lc = jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, i, keepdims=False), (params, layer_caches))
+    return DecoderLayer(c, parent=None).apply({"params": p}, x, lc, cos, sin, chunk_mask, cache_mask, cache_rows,
+                                              where)
 
   if c.remat:
     layer = jax.checkpoint(layer, prevent_cse=False)
-  x, kv = jax.lax.scan(lambda h, xs: layer(h, *xs), x, (front, caches[0]), unroll=_layer_unroll(c))
-  x, last_kv = layer(x, last, caches[1], read)
+  x, kv = jax.lax.scan(layer, x, jnp.arange(c.num_layers - 1), unroll=_layer_unroll(c))
+  x, last_kv = layer(x, c.num_layers - 1, read)
   return x, jax.tree.map(lambda a, b: jnp.concatenate([a, b[None]]), kv, last_kv)
 
 
