@@ -4,7 +4,7 @@
 #
 #   bash experiments/precision_ab.sh                  # seeds 0 1 2 into runs/precision_ab, records into results/
 #   OUT=runs/precision_ab2 RESULTS=results/precision_ab2 PLOT=docs/results_precision_ab2.png SEEDS="0 1 2 3 4" \
-#     bash experiments/precision_ab.sh                # the second A/B (docs/results.md), from its own warm start
+#     bash experiments/precision_ab.sh                # another A/B in folders of its own, from its own warm start
 #
 # 1. The CPU default's SFT warm start, once, in f32 (`grpo.iterations=0`: SFT and the step-0 validation).
 # 2. Per seed, GRPO from its step-0 checkpoint with f32 compute and with bf16 compute (f32 master weights and Adam
