@@ -104,7 +104,7 @@ def test_read_positions_give_a_full_forwards_states_there(hf_checkpoints, family
   heads = transformer.prefix_cache(config, params, tokens[:, :8], jnp.asarray([[1] * 8, [1] * 5 + [0] * 3]))
   rows = jnp.asarray([1, 0])
   positions = jnp.asarray([[5] * 24, [8] * 24]) + transformer.positions_from_segments(seg)
-  kw = dict(positions=positions, segment_ids=seg, cache=heads, cache_shared=True, cache_rows=rows)
+  kw = dict(positions=positions, segment_ids=seg, cache=heads, cache_rows=rows)
   full, _ = transformer.forward(config, params, tokens, **kw)
   got, _ = transformer.forward(config, params, tokens, **kw, read=read)
   np.testing.assert_allclose(got, jnp.take_along_axis(full, read[..., None], axis=1), atol=TOL)

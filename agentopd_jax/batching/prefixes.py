@@ -3,7 +3,7 @@
 An agent's step prompts repeat long heads: the G rollouts of a task start from one prompt, and every prompt of a
 skill-reading policy (Skill-GRPO, SDAR's privileged teacher) opens with the same skill text. A causal model's states
 of a token depend only on the tokens before it, so a head that several sequences share can be forwarded once and
-the rest of each sequence continue it as a KV cache (`transformer.forward(cache_shared=True)`): the scores are those
+the rest of each sequence continue it as a KV cache (`transformer.forward(cache_rows=...)`): the scores are those
 of whole sequences, up to the order of the attention sums. Teacher scoring (`scoring.teacher_signals`), the update
 (`training.train_step.make_minibatches(share_prefixes=True)`) and the sampler (`Sampler.generate(prefix_keys=...)`)
 use it.

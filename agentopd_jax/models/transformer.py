@@ -274,10 +274,8 @@ class Decoder(nn.Module):
 
   positions: [B, T] rotary positions; segment_ids: [B, T] with 0 for padding. Unembed with `unembed_weight`.
   cache_empty: static promise that `cache` holds no tokens yet, so attention need not read it.
-  cache_shared: the cache holds a prefix that every segment of the chunk continues (shared prefixes: several
-  sequences packed in one row after one common prompt head), so its filled slots are visible to every chunk token;
-  else a chunk token sees only the cached slots of its own segment.
-  cache_rows: [B] with cache_shared: the cache holds P rows of prefixes and row b continues cache row cache_rows[b]
+  Without `cache_rows` a chunk token sees only the cached slots of its own segment.
+  cache_rows: [B]: the cache holds P rows of shared prefixes and row b continues cache row cache_rows[b]
   (-1: none), each layer gathering its rows' keys and values as it reads them (no [layers, B, ...] copy of the
   cache, which the backward pass of the update would keep). Such a call returns no cache.
   cache_segments: [B] with cache_rows: the prefix of row b is segment cache_segments[b] of its cache row (prefixes
@@ -289,7 +287,7 @@ class Decoder(nn.Module):
 
   @nn.compact
   def __call__(self, tokens, positions, segment_ids, cache: Optional[KVCache] = None, cache_empty: bool = False,
-               cache_shared: bool = False, cache_rows=None, cache_segments=None, read=None
+               cache_rows=None, cache_segments=None, read=None
                ) -> Tuple[jnp.ndarray, Optional[KVCache]]:
     c = self.config
     embedding = _param(self, "embedding", (c.vocab_size, c.hidden_size), ("vocab", "embed"))
@@ -312,8 +310,6 @@ class Decoder(nn.Module):
         slots = cache.segment_ids[jnp.maximum(cache_rows, 0)]
         mine = slots != 0 if cache_segments is None else slots == cache_segments[:, None]
         seen = (mine & (cache_rows >= 0)[:, None])[:, None, :]
-      elif cache_shared:
-        seen = (cache.segment_ids != 0)[:, None, :]
       else:
         seen = cache.segment_ids[:, None, :] == segment_ids[:, :, None]
       cache_mask = seen & valid[:, :, None]
@@ -350,7 +346,7 @@ class Decoder(nn.Module):
 
 def prefix_cache(config: ModelConfig, params, tokens: jnp.ndarray, segment_ids: jnp.ndarray) -> KVCache:
   """The KV cache of shared prompt heads packed in rows `tokens` [P, W] (`segment_ids`: 1, 2, ... per head, 0 on
-  padding), each head at positions from 0: what rows continue with `forward(cache_shared=True, cache_rows=...)`."""
+  padding), each head at positions from 0: what rows continue with `forward(cache_rows=...)`."""
   cache = KVCache.init(config, tokens.shape[0], tokens.shape[1])
   return forward(config, params, tokens, None, segment_ids, cache, cache_empty=True)[1]
 
@@ -428,13 +424,11 @@ def param_shardings(config: ModelConfig, mesh, rules=None):
 
 
 def forward(config: ModelConfig, params, tokens, positions=None, segment_ids=None, cache=None, cache_empty=False,
-            cache_shared=False, cache_rows=None, cache_segments=None, read=None):
+            cache_rows=None, cache_segments=None, read=None):
   """Functional entry point: returns (hidden [B, T, D] or at `read` [B, K, D], new cache or None)."""
-  if cache_rows is not None and not cache_shared:
-    raise ValueError("forward: cache_rows (rows continuing shared prefixes) needs cache_shared=True")
   if segment_ids is None:
     segment_ids = jnp.ones_like(tokens)
   if positions is None:
     positions = positions_from_segments(segment_ids)
-  return Decoder(config).apply({"params": params}, tokens, positions, segment_ids, cache, cache_empty, cache_shared,
-                               cache_rows, cache_segments, read)
+  return Decoder(config).apply({"params": params}, tokens, positions, segment_ids, cache, cache_empty, cache_rows,
+                               cache_segments, read)

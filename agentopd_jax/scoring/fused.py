@@ -125,7 +125,7 @@ def score(config: ModelConfig, score_config: ScoreConfig, policy_params, referen
       h = transformer.forward(config, params, tokens, batch.positions, batch.segment_ids, read=read)[0]
     else:
       h = transformer.forward(config, params, tokens, batch.positions, batch.segment_ids, prefixes[branch],
-                              cache_shared=True, cache_rows=batch.prefix_of, cache_segments=batch.prefix_segment,
+                              cache_rows=batch.prefix_of, cache_segments=batch.prefix_segment,
                               read=read)[0]
     return h[:, :-1] if read is None else h
 

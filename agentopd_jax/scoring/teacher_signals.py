@@ -8,7 +8,7 @@ no micro-batch re-scores the teacher and no gradient reaches a gate or a gap.
 Two things keep this pass cheap, since only the completion tokens are read:
 - **Shared prefixes** (`batching.prefixes`). The sequences of a batch share long prompt heads: the G rollouts of a
   task, the skill text of a privileged prompt. Each head is forwarded once; each sequence's remaining tokens attend to
-  its keys and values as a cache (`transformer.forward(cache_shared=True)`), packed into rows like the update's. A
+  its keys and values as a cache (`transformer.forward(cache_rows=...)`), packed into rows like the update's. A
   causal model's states of a token depend only on the tokens before it, so the log-probs are those of a forward of
   the whole sequence (to rounding: the attention sums in another order).
 - **Work at completion tokens only.** The last layer (queries, attention, MLP) and the vocab-chunked log-softmax (and
@@ -45,7 +45,7 @@ def _scorer(config: ModelConfig, top_k: int, temperature: float, prefixed: bool)
 
   def run(params, heads, rows):
     at, _ = transformer.forward(config, params, rows["tokens"], rows["positions"], rows["segment_ids"], heads,
-                                cache_shared=prefixed, cache_rows=rows["prefix"] if prefixed else None, read=rows["at"])
+                                cache_rows=rows["prefix"] if prefixed else None, read=rows["at"])
     st = token_stats(at, transformer.unembed_weight(config, params), rows["targets"], top_k=top_k,
                      temperature=temperature, compute_dtype=config.compute_dtype)
     return st.logprobs, st.topk_ids, st.topk_logprobs
