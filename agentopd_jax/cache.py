@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
+from typing import Dict, Optional
 
 
 def root() -> Path:
@@ -32,3 +32,34 @@ def enable_compilation_cache() -> Optional[str]:
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
   return str(folder)
+
+
+# Lowering to StableHLO, and XLA compilation or its load from the persistent cache (JAX times both as one event).
+# Tracing is left out: its events nest, so a sum would count inner traces twice.
+_LOWER, _COMPILE = "/jax/core/compile/jaxpr_to_mlir_module_duration", "/jax/core/compile/backend_compile_duration"
+_HIT = "/jax/compilation_cache/cache_hits"
+_compiled = {"compile_s": 0.0, "programs": 0, "cache_hits": 0}
+
+
+def _on_duration(name: str, seconds: float, **_) -> None:
+  if name in (_LOWER, _COMPILE):
+    _compiled["compile_s"] += seconds
+    _compiled["programs"] += name == _COMPILE
+
+
+def _on_event(name: str, **_) -> None:
+  if name == _HIT:
+    _compiled["cache_hits"] += 1
+
+
+def compile_counter() -> Dict[str, float]:
+  """This process's running totals of JAX compilation, from JAX's own monitoring events: `compile_s` (lowering,
+  and XLA compiling or loading from the persistent cache), `programs` (executables built or loaded) and
+  `cache_hits` (of them, loaded from the persistent cache). The trainer logs each iteration's increase, so a metric
+  says how much of an iteration was compilation, and whether a new shape forced it."""
+  if not _compiled.get("listening"):
+    import jax
+    jax.monitoring.register_event_duration_secs_listener(_on_duration)
+    jax.monitoring.register_event_listener(_on_event)
+    _compiled["listening"] = True
+  return {k: v for k, v in _compiled.items() if k != "listening"}

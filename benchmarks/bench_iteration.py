@@ -6,7 +6,8 @@ finished run's step 0, e.g. `runs/precision_ab/warm_start`), for `--iterations` 
 start and end on 4 games (so the timed part is the iterations). Arms run one after the other, `--repeats` rounds in
 round-robin order, so background load hits them alike. Per arm the JSON gives the mean seconds of each part of an
 iteration (env stepping, generation, advantages, the method's teacher scoring, update) over iterations 2.., the first
-iteration apart (it compiles), and each arm's ratio to the first arm (`grpo:float32`, today's default).
+iteration apart (it compiles), how much of each part was still compilation (`compiling_s`: new shapes met after the
+first iteration), and each arm's ratio to the first arm (`grpo:float32`, today's default).
 
 The compilation cache: every arm's first round runs on an empty JAX cache folder of its own and the next rounds
 reuse it, so `first_iteration_s` of round 1 (compiling) against rounds 2.. (loading) shows what the persistent
@@ -59,6 +60,9 @@ def run_arm(method: str, dtype: str, args, workdir: Path, cache_dir: Path) -> di
   later = train[1:]
   return {"wall_s": round(wall, 1), "first_iteration_s": round(part(train[0], "iteration"), 2),
           "later": {p: round(sum(part(r, p) for r in later) / len(later), 2) for p in PARTS},
+          # of those seconds, compiling or loading executables (the trainer's `compile/*`), and how many
+          "compiling_later": {k: round(sum(r.get(f"compile/{k}", 0.0) for r in later) / len(later), 2)
+                              for k in ("generate_s", "advantage_s", "update_s", "compile_s", "programs", "cache_hits")},
           "samples": sum(r.get("batch/samples", 0) for r in later) / len(later)}
 
 
@@ -84,7 +88,8 @@ def main(argv=None) -> dict:
   for (method, dtype), runs in rounds.items():
     cached = runs[1:] or runs
     later = {part: round(sum(x["later"][part] for x in runs) / len(runs), 2) for part in PARTS}
-    entry = {"rounds": runs, "iteration_s": later["iteration"], "parts_s": later,
+    compiling = {k: round(sum(x["compiling_later"][k] for x in runs) / len(runs), 2) for k in runs[0]["compiling_later"]}
+    entry = {"rounds": runs, "iteration_s": later["iteration"], "parts_s": later, "compiling_s": compiling,
              "first_iteration_compiling_s": runs[0]["first_iteration_s"],
              "first_iteration_cached_s": round(sum(x["first_iteration_s"] for x in cached) / len(cached), 2)}
     entry["first_over_later"] = round(entry["first_iteration_cached_s"] / later["iteration"], 2)

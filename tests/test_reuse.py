@@ -106,6 +106,10 @@ def test_the_key_follows_what_sft_reads():
     assert reuse.warm_start_key(from_config_dict(tiny_alfworld_config("", "/tmp/x", "/tmp/games", **override)),
                                 0) != key
   assert reuse.warm_start_key(cfg, 1) != key  # another warm-start seed
+  # SFT computing in sft.dtype: RL arms in f32 and bf16 share it; the key moves with sft.dtype itself
+  pinned = lambda model, sft="float32": reuse.warm_start_key(from_config_dict(  # noqa: E731
+      tiny_alfworld_config("", "/tmp/x", "/tmp/games", model__dtype=model, sft__dtype=sft)), 0)
+  assert pinned("bfloat16") == pinned("float32") != pinned("float32", sft="bfloat16")
 
 
 def test_a_run_start_without_a_recorded_checksum_is_not_shared(tmp_path):

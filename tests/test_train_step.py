@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentopd_jax.batching.collate import TrainBatch, pack_rows
+from agentopd_jax.batching.collate import TrainBatch, bucket, pack_rows
 from agentopd_jax.batching.samples import Sample
 from agentopd_jax.models import config as model_config, transformer
 from agentopd_jax.methods.agentic_opd.config import AgenticOpdConfig
@@ -244,6 +244,17 @@ def test_pack_rows_places_every_sample_once_within_the_width(lengths, width):
   # First-fit never leaves two rows that could be merged, so it uses < 2x the optimal number of rows.
   assert len(rows) <= max(1, 2 * -(-sum(lengths) // width))
   assert rows == pack_rows(lengths, width)  # deterministic
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 5000), st.sampled_from([1, 4, 8, 32, 128]))
+def test_bucket_pads_little_and_gives_few_shapes_per_octave(n, minimum):
+  b = bucket(n, minimum)
+  assert b >= n and b % minimum == 0 and bucket(b, minimum) == b
+  assert b <= max(minimum * 8, n + n // 4 + minimum) and b - n < max(minimum, b // 4 + 1)
+  # at most 4 buckets in (2^k, 2^(k+1)] past 8x the minimum
+  octave = {bucket(m, minimum) for m in range(8 * minimum * 2 ** 3 + 1, 8 * minimum * 2 ** 4 + 1)}
+  assert len(octave) == 4
 
 
 def test_pack_rows_rejects_a_sample_wider_than_the_row():

@@ -44,6 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from agentopd_jax.batching.collate import bucket
 from agentopd_jax.batching.prefixes import shared_prefixes
 from agentopd_jax.models import transformer
 from agentopd_jax.models.config import ModelConfig
@@ -95,18 +96,6 @@ class SampleOutput:
 
   def row(self, b: int) -> List[int]:
     return self.tokens[b, :self.lengths[b]].tolist()
-
-
-def _bucket(n: int, minimum: int) -> int:
-  """Rounds n up to a shape bucket: multiples of `minimum` up to 8x it, then four buckets per power of two.
-
-  Bounds the number of compiled programs (prompt widths and cache sizes vary every call in RL rollouts) to a few
-  per octave while wasting at most 25% of the work on padding.
-  """
-  step = minimum
-  while n > 8 * step:
-    step *= 2
-  return max(minimum, -(-n // step) * step)
 
 
 def _unpad(rows, mask, what: str) -> List[List[int]]:
@@ -311,7 +300,7 @@ class Sampler:
       raise ValueError("generate: every prompt needs at least one token (one unmasked token when masked)")
     longest = max(len(p) for p in prompts)
     n_max = max(row_max_new_tokens) if row_max_new_tokens is not None else sampling.max_new_tokens
-    cache_size = cache_size or _bucket(longest + n_max, self.bucket)
+    cache_size = cache_size or bucket(longest + n_max, self.bucket)
     state = self.init_state(len(prompts), cache_size)
     skip, head_tokens = [0] * len(prompts), 0
     if prefix_keys is not None:
@@ -370,8 +359,8 @@ class Sampler:
       if which[r] < 0 and len(prompt) > tail:
         which[r], skip[r] = len(heads), len(prompt) - 1
         heads.append(list(prompt[:-1]))
-    width = min(_bucket(max(map(len, heads)), self.bucket), state.cache.capacity)
-    tokens = np.zeros((_bucket(len(heads), 8), width), np.int32)
+    width = min(bucket(max(map(len, heads)), self.bucket), state.cache.capacity)
+    tokens = np.zeros((bucket(len(heads), 8), width), np.int32)
     segments = np.zeros_like(tokens)
     for h, ids in enumerate(heads):
       tokens[h, :len(ids)], segments[h, :len(ids)] = ids, 1
@@ -407,7 +396,7 @@ class Sampler:
             f"{max_new[row]} max new tokens = {need} > cache_size {capacity}; pass a larger cache_size")
     width = max(len(f) for f in feeds)
     if width:
-      padded = np.full((b, _bucket(width, self.bucket)), self.pad_id, np.int32)
+      padded = np.full((b, bucket(width, self.bucket)), self.pad_id, np.int32)
       for row, feed in enumerate(feeds):
         padded[row, :len(feed)] = feed
       state = self._append(params, state, jnp.asarray(padded), jnp.asarray([len(f) for f in feeds], jnp.int32),
@@ -416,7 +405,7 @@ class Sampler:
       state = DecodeState(cache=state.cache, pending=jnp.asarray(new_pending, jnp.int32))
 
     stop_ids, stop_next, stop_matched, stop_rows = self._stop_arrays(sampling, row_stops, b)
-    num_steps = _bucket(int(max_new.max()), self.bucket)
+    num_steps = bucket(int(max_new.max()), self.bucket)
     greedy = sampling.temperature == 0.0
     state, toks, lps, plps, n_gen, reasons = self._decode(
         params, state, key, jnp.asarray(active), jnp.asarray(max_new), stop_ids, stop_next, stop_matched,

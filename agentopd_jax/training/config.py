@@ -84,8 +84,12 @@ class SftConfig:
                                        # skills say
   max_demo_steps: int = 0              # expert episodes must win within this many steps (0: rollout.max_steps, so
                                        # the warm start imitates only episodes the policy's horizon can finish)
+  dtype: str = ""                      # the warm start's compute precision ("": model.dtype), so that RL can compute
+                                       # in another one than the SFT it starts from (master weights: model.param_dtype)
 
   def __post_init__(self):
+    if self.dtype not in ("", "float32", "bfloat16", "float16"):
+      raise ValueError(f"sft.dtype must be '', float32, bfloat16 or float16, got {self.dtype!r}")
     _at_least("sft", self, {"steps": 0, "demos": 0, "batch_size": 1, "micro_batch_size": 1, "warmup_steps": 0,
                             "max_demo_steps": 0})
     if self.seed < -1:

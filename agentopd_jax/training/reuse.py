@@ -74,6 +74,8 @@ def _model_files(path: str) -> list:
 def warm_start_key(cfg, base_seed: int) -> str:
   """The hash of what the SFT warm start of run config `cfg` depends on."""
   doc = _sections(cfg, SFT_SECTIONS)
+  if doc["sft"].pop("dtype"):  # SFT computes in sft.dtype: the run's own model.dtype does not change it
+    doc["model"]["dtype"] = cfg.sft.dtype
   return _digest({"config": doc, "seed": base_seed,
                   "model_files": [_model_files(cfg.model.path), _model_files(cfg.tokenizer_path)],
                   "source": source_digest(), "machine": _machine()})

@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agentopd_jax import faults
+from agentopd_jax import cache, faults
 from agentopd_jax.envs.vector import group_tasks
 from agentopd_jax.envs.verl_agent.metrics import EpisodeRecord, episode_metrics
 from agentopd_jax.eval.validate import episode_record, validate
@@ -204,6 +204,7 @@ class Trainer:
 
   def iteration(self, state, iteration: int):
     p, cfg, t0 = self.parts, self.cfg, time.perf_counter()
+    compiled = [cache.compile_counter()]  # at t0, t1, t2, t3: what of each part was compilation
     tasks = self.iteration_tasks(iteration)[p.task_share]
     envs, groups = group_tasks(tasks, cfg.grpo.group_size)
     it = Iteration(iteration=iteration, key=jax.random.fold_in(p.key, iteration), tasks=tasks, envs=envs,
@@ -214,6 +215,7 @@ class Trainer:
                                     context=contexts[0] if contexts else None, first_episode=it.first_episode)
     samples = it.rollout.samples
     t1 = time.perf_counter()
+    compiled.append(cache.compile_counter())
     for m in self.methods:
       m.after_rollout(it)  # e.g. OPID's analysis starts on a worker thread while the advantages are computed
     scores, advantages = grpo.advantages(samples, len(tasks), cfg.grpo.advantage, cfg.env.invalid_penalty)
@@ -251,6 +253,7 @@ class Trainer:
       minibatches = [p.objective.prepare(b, p.loss, iteration) for b in minibatches]
     teacher_params = next((q for q in (m.teacher_params() for m in self.methods) if q is not None), None)
     t2 = time.perf_counter()
+    compiled.append(cache.compile_counter())
     updates = []
     for k, minibatch in enumerate(minibatches):
       state, m = p.train_step(state, minibatch, teacher_params)
@@ -258,6 +261,7 @@ class Trainer:
       p.bad_updates.observe(updates[-1], minibatch_samples(trained, mini, k), f"iteration {iteration}")
       faults.point("train/update")
     t3 = time.perf_counter()
+    compiled.append(cache.compile_counter())
     played, _ = gather_episodes([episode_record(ep, p.group_of(envs[ep.traj_id])) for ep in it.rollout.episodes
                                  if not ep.env_failed], {})
     metrics.update({f"episode/{k}": v for k, v in episode_metrics(played).items()})
@@ -270,6 +274,9 @@ class Trainer:
                     "time/advantage_s": t2 - t1, "time/update_s": t3 - t2, "time/iteration_s": t3 - t0,
                     "batch/width": minibatches[0].tokens.shape[-1] if minibatches else 0,
                     "batch/updates": len(updates)})
+    metrics.update({f"compile/{part}_s": b["compile_s"] - a["compile_s"]
+                    for part, a, b in zip(("generate", "advantage", "update"), compiled, compiled[1:])})
+    metrics.update({f"compile/{k}": compiled[-1][k] - compiled[0][k] for k in ("compile_s", "programs", "cache_hits")})
     # This process's rollout work (multi-host: its own share, played in parallel with the others').
     metrics.update({f"rollout/{k}": it.rollout.stats[k]
                     for k in ("prefill_tokens", "generated_tokens", "decode_steps")})

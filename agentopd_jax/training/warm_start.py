@@ -61,8 +61,9 @@ def sft(parts: RunParts):
   # The run's AdamW (weight decay, clipping, betas) with the warm start's own rate and schedule.
   optimizer = make_optimizer(dataclasses.replace(cfg.optim, learning_rate=s.learning_rate,
                                                  warmup_steps=s.warmup_steps, decay_steps=decay, final_lr_ratio=0.1))
-  step_fn = make_train_step(parts.model, LossParams("sft"), optimizer, parts.mesh)
-  state = init_state(jax.tree.map(jnp.copy, parts.init_params), optimizer, mesh=parts.mesh, model=parts.model)
+  model = parts.model.replace(dtype=s.dtype) if s.dtype else parts.model
+  step_fn = make_train_step(model, LossParams("sft"), optimizer, parts.mesh)
+  state = init_state(jax.tree.map(jnp.copy, parts.init_params), optimizer, mesh=parts.mesh, model=model)
   bad_updates = BadUpdates(cfg.optim.max_bad_updates)
   rng = np.random.default_rng([base_seed(cfg), 7])
   size = min(s.batch_size, len(demos))
