@@ -6,7 +6,8 @@
 
 Per run it compares
   1. every record of `logs/metrics.jsonl`, matched by (phase, step, occurrence), without the timing keys (those that
-     start with `time` or end with `_s`, as `_untimed` in tests/test_trainer.py), printing the differing
+     start with `time` or end with `_s`, and the compilation counts `compile/*`: `storage.logs.untimed`), printing
+     the differing
      (phase, step, key, A's value, B's value);
   2. a SHA-256 over the param leaves (`state["params"]`) of every checkpoint `checkpoints/<step>` present in both,
      the final one printed: leaves in tree-flatten order, each hashed as its path, dtype, shape and little-endian
@@ -24,14 +25,11 @@ import os
 import sys
 
 from agentopd_jax.storage.checkpoints import CheckpointPool, path_str
+from agentopd_jax.storage.logs import untimed
 
 METRICS = os.path.join("logs", "metrics.jsonl")
 CHECKPOINTS = "checkpoints"
 TEACHER_OUTCOMES = "teacher_outcomes"
-
-
-def _untimed(record):
-  return {k: v for k, v in record.items() if not (k.startswith("time") or k.endswith("_s"))}  # timings differ
 
 
 def is_run(path):
@@ -82,7 +80,7 @@ def metric_diffs(run_a, run_b, keys_of=None):
   diffs = []
   ids = sorted(set(ra) | (set() if keys_of == "a" else set(rb)), key=lambda i: (str(i[0]), i[1] or 0, i[2]))
   for i in ids:
-    a, b = _untimed(ra.get(i, {})), _untimed(rb.get(i, {}))
+    a, b = untimed(ra.get(i, {})), untimed(rb.get(i, {}))
     if i not in ra or i not in rb:
       diffs.append((i[0], i[1], "<record>", "present" if i in ra else _MISSING, "present" if i in rb else _MISSING))
       continue

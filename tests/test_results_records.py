@@ -3,6 +3,8 @@ import json
 import os
 import re
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -48,8 +50,9 @@ def test_default_rerun_paired_change_matches_its_records():
   assert line in open(os.path.join(ROOT, "docs", "results.md"), encoding="utf-8").read()
 
 
-def test_precision_table_matches_its_records():
-  """The f32 / bf16 compute A/B on the CPU default (experiments/precision_ab.sh): the table and decision line of
+@pytest.mark.parametrize("folder, seeds", [("precision_ab", [0, 1, 2]), ("precision_ab2", [0, 1, 2, 3, 4])])
+def test_precision_table_matches_its_records(folder, seeds):
+  """The f32 / bf16 compute A/Bs on the CPU default (experiments/precision_ab.sh): the tables and decision lines of
   docs/results.md are `experiments/precision_report.py` of the records, verbatim."""
   import importlib.util
   from pathlib import Path
@@ -58,6 +61,6 @@ def test_precision_table_matches_its_records():
                                                 os.path.join(ROOT, "experiments", "precision_report.py"))
   report = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(report)
-  table = report.table(report.load(Path(ROOT, "results", "precision_ab")))
-  assert table["seeds"] == [0, 1, 2] and [r["step"] for r in table["rows"]] == [0, 4, 8]
+  table = report.table(report.load(Path(ROOT, "results", folder)))
+  assert table["seeds"] == seeds and [r["step"] for r in table["rows"]] == [0, 4, 8]
   assert report.markdown(table) in open(os.path.join(ROOT, "docs", "results.md"), encoding="utf-8").read()

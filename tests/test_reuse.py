@@ -17,12 +17,8 @@ import pytest
 from conftest import tiny_alfworld_config
 from agentopd_jax.models import config as model_config, transformer
 from agentopd_jax.storage.checkpoints import CheckpointPool
-from agentopd_jax.storage.logs import read_metrics
+from agentopd_jax.storage.logs import read_metrics, untimed
 from agentopd_jax.training import reuse, trainer, warm_start
-
-
-def _untimed(record):
-  return {k: v for k, v in record.items() if not (k.startswith("time") or k.endswith("_s"))}
 
 
 def _record(workdir):
@@ -30,8 +26,8 @@ def _record(workdir):
   with CheckpointPool(os.path.join(workdir, "checkpoints"), read_only=True) as pool:
     steps = pool.steps()
     params = pool.restore_params(steps[-1], transformer.abstract_params(model_config.preset("tiny")))
-    meta = {s: (_untimed(pool.metadata(s)["metrics"]), pool.metadata(s)["outcomes"]) for s in steps}
-  logs = [_untimed(r) for r in read_metrics(os.path.join(workdir, "logs"))]
+    meta = {s: (untimed(pool.metadata(s)["metrics"]), pool.metadata(s)["outcomes"]) for s in steps}
+  logs = [untimed(r) for r in read_metrics(os.path.join(workdir, "logs"))]
   return params, meta, logs
 
 

@@ -53,12 +53,13 @@ def _write_run(run, records=RECORDS, params=PARAMS, outcomes=OUTCOMES, like=None
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-  """Folders A and B of sub-runs: `same`, `timing` (B's timings differ), `metric` (B's train/loss at step 2),
+  """Folders A and B of sub-runs: `same`, `timing` (B's timings and compilation counts differ), `metric` (B's train/loss at step 2),
   `param` (one bit of B's step-2 params), `outcome` (B's step-2 outcome of p1), `newkey` (B logs one more key);
   `a_only` is in A only."""
   root = tmp_path_factory.mktemp("same_run")
   a, b = str(root / "A"), str(root / "B")
-  timing = [dict(r, time=r["time"] + 100, **{k: v * 2 for k, v in r.items() if k.endswith("_s")}) for r in RECORDS]
+  timing = [dict(r, time=r["time"] + 100, **{k: v * 2 for k, v in r.items() if k.endswith("_s")},
+                **{"compile/programs": 3.0}) for r in RECORDS]  # a cache that held other executables
   metric = copy.deepcopy(RECORDS)
   metric[2]["train/loss"] = 0.2500001
   newkey = [dict(r, **{"batch/tokens": 7.0}) if r["phase"] == "train" else r for r in RECORDS]

@@ -24,7 +24,7 @@ pytest.importorskip("alfworld", reason="generating games needs the alfworld whee
 from agentopd_jax.envs.alfworld import generator  # noqa: E402
 from agentopd_jax.models import config as model_config, transformer  # noqa: E402
 from agentopd_jax.storage.checkpoints import CheckpointPool  # noqa: E402
-from agentopd_jax.storage.logs import read_metrics  # noqa: E402
+from agentopd_jax.storage.logs import read_metrics, untimed  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ITERATIONS = 2
@@ -148,16 +148,12 @@ def _assert_same_run(workdir_a, workdir_b, iterations=ITERATIONS):
     for step in a.steps():
       ma, mb = a.metadata(step), b.metadata(step)
       assert (ma["outcomes"], ma["extra"]) == (mb["outcomes"], mb["extra"]), step
-      assert _untimed(ma["metrics"]) == _untimed(mb["metrics"]), step
+      assert untimed(ma["metrics"]) == untimed(mb["metrics"]), step
   for x, y in zip(jax.tree.leaves(_params(workdir_a, iterations)), jax.tree.leaves(_params(workdir_b, iterations))):
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
   logs_a, logs_b = (read_metrics(os.path.join(w, "logs")) for w in (workdir_a, workdir_b))
   assert [(r["phase"], r["step"]) for r in logs_a] == [(r["phase"], r["step"]) for r in logs_b]  # none lost or twice
-  assert [_untimed(r) for r in logs_a] == [_untimed(r) for r in logs_b]
-
-
-def _untimed(record):
-  return {k: v for k, v in record.items() if not (k.startswith("time") or k.endswith("_s"))}  # timings differ
+  assert [untimed(r) for r in logs_a] == [untimed(r) for r in logs_b]
 
 
 def test_run_killed_anywhere_resumes_to_the_uninterrupted_run(tmp_path, games_root, uninterrupted):

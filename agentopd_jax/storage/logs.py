@@ -155,6 +155,13 @@ class MetricsLogger:
     self.close()
 
 
+def untimed(record: Mapping[str, Any]) -> dict:
+  """A metrics record without what differs between two runs that compute the same thing: wall times (`time*`,
+  `*_s`) and compilation counts (`compile/*`, which depend on what the compilation cache already held)."""
+  return {k: v for k, v in record.items()
+          if not (k.startswith("time") or k.endswith("_s") or k.startswith("compile/"))}
+
+
 def read_metrics(log_dir: str | os.PathLike) -> list[dict]:
   """The records of `log_dir/metrics.jsonl` in file order (null for non-finite values). A half-written last line
   (crash while writing) is skipped; a bad line elsewhere is an error."""
