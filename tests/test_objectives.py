@@ -111,6 +111,36 @@ def test_trainer_keeps_the_samples_of_informative_groups_only():
   assert informative_samples([], [], num_groups=3) == ([], [])
 
 
+@pytest.mark.parametrize("estimator", ["grpo", "grpo_mean_norm"])
+def test_the_trainers_advantage_phase_equals_the_eager_functions_and_compiles_once_per_bucket(estimator):
+  """`methods.grpo.advantages` pads the samples axis to a bucket (one program for 65..128 samples): the values are
+  the eager `step_scores` and estimator's on the real samples, bit for bit."""
+  from agentopd_jax import cache
+  from agentopd_jax.batching.samples import Sample
+  from agentopd_jax.methods import grpo
+
+  rng = np.random.default_rng(0)
+
+  def samples(n, groups):
+    return [Sample(prompt_ids=[1], completion_ids=[2], completion_mask=[1], behaviour_logprobs=[0.0],
+                   group_id=int(rng.integers(groups)), problem_id="p", traj_id=i, step_index=0,
+                   action_valid=float(rng.integers(2)), episode_reward=float(10 * rng.integers(2)), won=False)
+            for i in range(n)]
+
+  grpo.advantages(samples(70, 5), 5, estimator, 0.1)  # compiles the bucket's program
+  for n in (70, 101, 128):
+    batch = samples(n, 5)
+    before = cache.compile_counter()["programs"]
+    scores, adv = grpo.advantages(batch, 5, estimator, 0.1)
+    assert cache.compile_counter()["programs"] == before  # 101 and 128 samples reuse the program of 70
+    eager_scores = step_scores(jnp.asarray([s.episode_reward for s in batch], jnp.float32),
+                               jnp.asarray([s.action_valid for s in batch], jnp.float32), 0.1)
+    eager = get_advantage_estimator(estimator)(eager_scores, jnp.asarray([s.group_id for s in batch]),
+                                               jnp.ones(n), num_groups=5)
+    np.testing.assert_array_equal(scores, np.asarray(eager_scores))
+    np.testing.assert_array_equal(np.asarray(adv, np.float32), np.asarray(eager))
+
+
 def test_grpo_jit_with_static_num_groups_and_errors():
   scores, groups, valid = _worked_example()
   fn = jax.jit(grpo_advantages, static_argnames=("mode", "num_groups"))

@@ -7,11 +7,13 @@ every method shares: the episode reward minus the invalid-action penalty of each
 """
 from __future__ import annotations
 
+import functools
 from typing import List, Sequence, Tuple
 
-import jax.numpy as jnp
+import jax
 import numpy as np
 
+from agentopd_jax.batching.collate import bucket
 from agentopd_jax.batching.samples import Sample
 from agentopd_jax.methods.base import Method
 from agentopd_jax.objectives.advantages import get_advantage_estimator, informative_groups, step_scores
@@ -23,14 +25,37 @@ class Grpo(Method):
   objective = "grpo"
 
 
+PAD_SAMPLES = 64  # least bucket of the samples axis of the advantage phase (`bucket`)
+
+
+@functools.lru_cache(maxsize=None)
+def _phase(estimator: str, num_groups: int, invalid_penalty: float):
+  """jit: padded (episode rewards, action valid, group ids, real) -> (step scores, advantages, informative groups)."""
+
+  def run(rewards, action_valid, group_ids, real):
+    scores = step_scores(rewards, action_valid, invalid_penalty)
+    adv = get_advantage_estimator(estimator)(scores, group_ids, real, num_groups=num_groups)
+    return scores, adv, informative_groups(rewards, group_ids, num_groups)
+
+  return jax.jit(run)
+
+
+def _padded(samples: Sequence[Sample], num_groups: int):
+  """The phase's inputs over a bucket of the samples axis: padding is not real and belongs to no group (the group
+  sums drop ids out of range), so an iteration's sample count compiles no new program, as eager ops on [N] would."""
+  n = len(samples)
+  size = bucket(max(n, 1), PAD_SAMPLES)
+  pad = lambda values, fill, dtype: np.asarray(list(values) + [fill] * (size - n), dtype)  # noqa: E731
+  return (pad((s.episode_reward for s in samples), 0.0, np.float32),
+          pad((s.action_valid for s in samples), 1.0, np.float32),
+          pad((s.group_id for s in samples), num_groups, np.int32), pad([1.0] * n, 0.0, np.float32))
+
+
 def advantages(samples: Sequence[Sample], num_groups: int, estimator: str,
-               invalid_penalty: float) -> Tuple[jnp.ndarray, List[float]]:
+               invalid_penalty: float) -> Tuple[np.ndarray, List[float]]:
   """(step scores, advantages) of an iteration's step samples."""
-  scores = step_scores(jnp.asarray([s.episode_reward for s in samples]),
-                       jnp.asarray([s.action_valid for s in samples]), invalid_penalty)
-  adv = get_advantage_estimator(estimator)(scores, jnp.asarray([s.group_id for s in samples]),
-                                           jnp.ones(len(samples)), num_groups=num_groups)
-  return scores, np.asarray(adv).tolist()
+  scores, adv, _ = _phase(estimator, num_groups, float(invalid_penalty))(*_padded(samples, num_groups))
+  return np.asarray(scores)[:len(samples)], np.asarray(adv)[:len(samples)].tolist()
 
 
 def informative_samples(samples: Sequence[Sample], advantages: Sequence[float],
@@ -38,7 +63,6 @@ def informative_samples(samples: Sequence[Sample], advantages: Sequence[float],
   """The samples (and their advantages) of groups whose episodes earned different rewards (`informative_groups`)."""
   if not samples:
     return [], []
-  keep = np.asarray(informative_groups(jnp.asarray([s.episode_reward for s in samples]),
-                                       jnp.asarray([s.group_id for s in samples]), num_groups))
+  keep = np.asarray(_phase("grpo", num_groups, 0.0)(*_padded(samples, num_groups))[2])
   kept = [i for i, s in enumerate(samples) if keep[s.group_id]]
   return [samples[i] for i in kept], [advantages[i] for i in kept]

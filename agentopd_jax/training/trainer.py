@@ -284,7 +284,7 @@ class Trainer:
         len(samples), len(trained), sum(b.tokens.shape[0] * b.tokens.shape[1] for b in minibatches),
         sum(int(b.segment_ids.astype(bool).sum()) for b in minibatches),
         sum(int((b.prefix_segment_ids > 0).sum()) for b in minibatches if b.prefix_segment_ids is not None),
-        sum(ep.env_failed for ep in it.rollout.episodes), float(jnp.sum(scores))]), axis=0)
+        sum(ep.env_failed for ep in it.rollout.episodes), float(np.sum(scores))]), axis=0)
     metrics.update({"batch/samples": int(counts[0]), "batch/trained_samples": int(counts[1]),
                     "batch/rows": int(counts[2]), "batch/tokens": int(counts[3]), "batch/prefix_tokens": int(counts[4]),
                     "batch/env_failed": int(counts[5]), "batch/score_mean": float(counts[6] / counts[0])})
