@@ -139,13 +139,14 @@ def measure_decode(cfg, params, batch: int, prompt_len: int, new_tokens: int, re
   capacity, so their difference is the decode steps alone (a step reads every weight and every cache slot). The
   difference is taken between the best times: of two medians, a load spike in the short call could even invert it."""
   import jax
-  from agentopd_jax.sampling.sampler import Sampler, SamplingParams, _bucket
+  from agentopd_jax.batching.collate import bucket
+  from agentopd_jax.sampling.sampler import Sampler, SamplingParams
 
   if new_tokens < 2:
     raise ValueError(f"decode: new_tokens must be >= 2 to separate decode from prefill, got {new_tokens}")
   sampler = Sampler(cfg, pad_id=0)
   prompts = np.random.default_rng(seed).integers(1, cfg.vocab_size, (batch, prompt_len)).tolist()
-  cache = _bucket(prompt_len + new_tokens, sampler.bucket)
+  cache = bucket(prompt_len + new_tokens, sampler.bucket)
   key = jax.random.key(seed)
   calls = {n: (lambda n=n: sampler.generate(params, prompts, key, SamplingParams(max_new_tokens=n, temperature=0.0),
                                             cache_size=cache))

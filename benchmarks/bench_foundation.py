@@ -454,7 +454,8 @@ def _linear_fit(ys: List[float]) -> dict:
 
 def bench_p3(args, cfg, params) -> dict:
   import jax
-  from agentopd_jax.sampling.sampler import Sampler, SamplingParams, _bucket
+  from agentopd_jax.batching.collate import bucket
+  from agentopd_jax.sampling.sampler import Sampler, SamplingParams
 
   b, plen, turns, n_obs, n_new = args.p3_batch, args.p3_prompt, args.p3_turns, args.p3_obs, args.p3_new
   rng = np.random.default_rng(args.seed + 3)
@@ -462,7 +463,7 @@ def bench_p3(args, cfg, params) -> dict:
   obs = rng.integers(1, cfg.vocab_size, size=(turns, b, n_obs), dtype=np.int32)
   sp = SamplingParams(max_new_tokens=n_new, temperature=0.0)  # greedy: both arms must produce the same tokens
   sampler = Sampler(cfg, pad_id=0)
-  cache_size = _bucket(plen + turns * (n_obs + n_new), sampler.bucket)
+  cache_size = bucket(plen + turns * (n_obs + n_new), sampler.bucket)
   key = jax.random.key(args.seed)
 
   def continuation_episode():
@@ -545,7 +546,7 @@ def bench_p3(args, cfg, params) -> dict:
     sp1 = SamplingParams(max_new_tokens=1, temperature=0.0)
     bd = {}
     for label, size in (("min_cache", None), ("episode_cache", cache_size)):
-      cap = size or _bucket(plen + n_obs + n_new, sampler.bucket)
+      cap = size or bucket(plen + n_obs + n_new, sampler.bucket)
       fns = {n: (lambda s_=s_: sampler.generate(params, first, key, s_, cache_size=size)) for n, s_ in
              (("one", sp1), ("full", sp))}
       for fn in fns.values():

@@ -21,11 +21,11 @@ from absl import app, flags
 from ml_collections import config_flags
 
 import agentopd_jax.methods  # noqa: F401  registers the methods' objectives
-from agentopd_jax.batching.collate import round_up
+from agentopd_jax.batching.collate import bucket as shape_bucket, round_up  # shape_bucket: the sampler's rounding
 from agentopd_jax.models.config import ModelConfig, preset
 from agentopd_jax.models.loading import model_overrides
 from agentopd_jax.objectives.registry import LossParams, get_objective
-from agentopd_jax.sampling.sampler import Sampler, _bucket  # the sampler's own length rounding
+from agentopd_jax.sampling.sampler import Sampler
 from agentopd_jax.scoring.fused import ScoreConfig
 from agentopd_jax.training import memory_plan
 from agentopd_jax.training.assembly import sampling
@@ -60,11 +60,11 @@ def workload(c, loss: LossParams, score_cfg: ScoreConfig) -> memory_plan.Workloa
   if step_layout:
     # One generate per env step, live envs padded to batch_bucket rows; the engine drops the previous step's output
     # (its cache) before the next generate allocates its own: one cache at a time.
-    rows, capacity, caches = round_up(envs, rollout.batch_bucket), _bucket(longest, bucket), 1
-    prefill = _bucket(rollout.max_prompt_tokens, bucket)
+    rows, capacity, caches = round_up(envs, rollout.batch_bucket), shape_bucket(longest, bucket), 1
+    prefill = shape_bucket(rollout.max_prompt_tokens, bucket)
   else:  # one cache of max_total_tokens per episode, donated from turn to turn
     rows, capacity, caches = envs, rollout.max_total_tokens, 1
-    prefill = _bucket(rollout.max_total_tokens - rollout.max_response_tokens, bucket)
+    prefill = shape_bucket(rollout.max_total_tokens - rollout.max_response_tokens, bucket)
   teacher_k = get_objective(loss.objective).teacher_top_k
   signals = 0 if teacher_k is None else 4 + 8 * teacher_k(loss)  # log-probs, top-k ids and log-probs
   return memory_plan.Workload(rows=min(c.grpo.micro_batch_size, c.grpo.mini_batch_size), seq_len=seq_len,

@@ -22,6 +22,7 @@ import flax.linen as nn
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from agentopd_jax.models import matmul
@@ -378,9 +379,11 @@ def positions_from_segments(segment_ids: jnp.ndarray) -> jnp.ndarray:
 
 @functools.lru_cache(maxsize=16)
 def _jitted_init(config: ModelConfig):
-  """One compiled initialiser per config (a fresh `jax.jit` of a new lambda would recompile at every call)."""
-  tokens = jnp.zeros((1, 1), jnp.int32)
-  return jax.jit(lambda key: nn.meta.unbox(Decoder(config).init(key, tokens, tokens, jnp.ones_like(tokens))))
+  """One compiled initialiser per config (a fresh `jax.jit` of a new lambda would recompile at every call). Its dummy
+  tokens are numpy: built with jnp while a caller's jit traces `init_params`, they would be that trace's tracers,
+  kept by the cache and leaked into every later call."""
+  tokens = np.zeros((1, 1), np.int32)
+  return jax.jit(lambda key: nn.meta.unbox(Decoder(config).init(key, tokens, tokens, np.ones_like(tokens))))
 
 
 def init_params(config: ModelConfig, rng: jax.Array):
