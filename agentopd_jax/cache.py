@@ -39,6 +39,7 @@ def enable_compilation_cache() -> Optional[str]:
 _LOWER, _COMPILE = "/jax/core/compile/jaxpr_to_mlir_module_duration", "/jax/core/compile/backend_compile_duration"
 _HIT = "/jax/compilation_cache/cache_hits"
 _compiled = {"compile_s": 0.0, "programs": 0, "cache_hits": 0}
+_listening = []  # non-empty once the listeners are registered (once per process)
 
 
 def _on_duration(name: str, seconds: float, **_) -> None:
@@ -57,9 +58,9 @@ def compile_counter() -> Dict[str, float]:
   and XLA compiling or loading from the persistent cache), `programs` (executables built or loaded) and
   `cache_hits` (of them, loaded from the persistent cache). The trainer logs each iteration's increase, so a metric
   says how much of an iteration was compilation, and whether a new shape forced it."""
-  if not _compiled.get("listening"):
+  if not _listening:
     import jax
     jax.monitoring.register_event_duration_secs_listener(_on_duration)
     jax.monitoring.register_event_listener(_on_event)
-    _compiled["listening"] = True
-  return {k: v for k, v in _compiled.items() if k != "listening"}
+    _listening.append(True)
+  return dict(_compiled)

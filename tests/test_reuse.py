@@ -108,6 +108,29 @@ def test_the_key_follows_what_sft_reads():
   assert pinned("bfloat16") == pinned("float32") != pinned("float32", sft="bfloat16")
 
 
+def test_sft_trains_in_sft_dtype_whatever_the_runs_model_dtype(monkeypatch):
+  """The warm start's train step and state are built for `sft.dtype`, not for the run's `model.dtype`."""
+  import types
+  from agentopd_jax.training.config import from_config_dict
+  built = []
+
+  def record(model, *args, **kwargs):
+    built.append(model.dtype)
+    raise StopIteration  # enough: what follows is the ordinary SFT loop
+
+  monkeypatch.setattr(warm_start, "demonstrations", lambda parts: [])
+  monkeypatch.setattr(warm_start, "make_train_step", record)
+  for sft_dtype, expected in (("float32", "float32"), ("", "bfloat16")):
+    cfg = from_config_dict(tiny_alfworld_config("", "/tmp/x", "/tmp/games", model__dtype="bfloat16",
+                                                sft__dtype=sft_dtype))
+    parts = types.SimpleNamespace(cfg=cfg, model=model_config.preset("tiny").replace(dtype="bfloat16"), mesh=None)
+    with pytest.raises(StopIteration):
+      warm_start.sft(parts)
+    assert built[-1] == expected
+  with pytest.raises(ValueError, match="sft.dtype must be"):
+    from_config_dict(tiny_alfworld_config("", "/tmp/x", "/tmp/games", sft__dtype="float64"))
+
+
 def test_a_run_start_without_a_recorded_checksum_is_not_shared(tmp_path):
   (tmp_path / "checkpoints").mkdir()
   assert reuse.run_start_key(str(tmp_path), 0) is None

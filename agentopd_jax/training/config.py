@@ -32,6 +32,7 @@ import ml_collections
 
 from agentopd_jax.envs import registry
 from agentopd_jax.envs.registry import EnvCommon
+from agentopd_jax.models.config import _DTYPES
 from agentopd_jax.models.loading import ModelSpec
 from agentopd_jax.models.tokenizer import BuiltinTokenizerConfig
 from agentopd_jax.methods import METHODS  # also registers the methods' objectives
@@ -88,8 +89,8 @@ class SftConfig:
                                        # in another one than the SFT it starts from (master weights: model.param_dtype)
 
   def __post_init__(self):
-    if self.dtype not in ("", "float32", "bfloat16", "float16"):
-      raise ValueError(f"sft.dtype must be '', float32, bfloat16 or float16, got {self.dtype!r}")
+    if self.dtype not in ("", *_DTYPES):
+      raise ValueError(f"sft.dtype must be '' or one of {', '.join(_DTYPES)}, got {self.dtype!r}")
     _at_least("sft", self, {"steps": 0, "demos": 0, "batch_size": 1, "micro_batch_size": 1, "warmup_steps": 0,
                             "max_demo_steps": 0})
     if self.seed < -1:

@@ -361,9 +361,8 @@ def with_scored(batches: List[TrainBatch], agree=None) -> List[TrainBatch]:
   """The mini-batches with each row's loss targets listed (`TrainBatch.scored`) as their loss masks say (call it again
   after changing a loss mask, with the same `agree`), so that the step runs its last layer and log-softmax there only,
   in one width for the iteration: a quarter of the row width, doubled until it holds the most targets of any row
-  (agreed over processes). Few widths mean few compilations: the CPU default's step samples
-  always fit a quarter. Where the width would be over half a row's the rows stay as they are: reading most positions
-  saves nothing."""
+  (agreed over processes). Few widths mean few compilations: the CPU default's step samples always fit a quarter.
+  Where the width would be over half a row's the rows stay as they are: reading most positions saves nothing."""
   most = max(int((b.loss_mask[..., 1:] > 0).sum(-1).max(initial=0)) for b in batches)
   if agree is not None:
     (most,) = agree((most,))
