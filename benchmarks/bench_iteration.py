@@ -7,7 +7,9 @@ start and end on 4 games (so the timed part is the iterations). Arms run one aft
 round-robin order, so background load hits them alike. Per arm the JSON gives the mean seconds of each part of an
 iteration (env stepping, generation, advantages, the method's teacher scoring, update) over iterations 2.., the first
 iteration apart (it compiles), how much of each part was still compilation (`compiling_s`: new shapes met after the
-first iteration), and each arm's ratio to the first arm (`grpo:float32`, today's default).
+first iteration), and each arm's ratio to the first arm (`grpo:float32`, today's default). An arm `method:dtype@REF`
+runs the code of git revision REF (a worktree of it, on PYTHONPATH), so that code before and after a change is timed
+in one paired run.
 
 The compilation cache: every arm's first round runs on an empty JAX cache folder of its own and the next rounds
 reuse it, so `first_iteration_s` of round 1 (compiling) against rounds 2.. (loading) shows what the persistent
@@ -15,6 +17,7 @@ cache saves, and `first_over_later` whether a cached run's first iteration is as
 
   python benchmarks/bench_iteration.py --warm_start runs/precision_ab/warm_start --out /tmp/iteration.json
   python benchmarks/bench_iteration.py --warm_start W --arms grpo:float32,grpo:bfloat16,sdar:bfloat16 --repeats 2
+  python benchmarks/bench_iteration.py --warm_start W --arms grpo:float32@d7e18ff,grpo:float32 --repeats 1
 """
 from __future__ import annotations
 
@@ -39,18 +42,32 @@ def log(msg: str) -> None:
   print(f"[bench_iteration {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def run_arm(method: str, dtype: str, args, workdir: Path, cache_dir: Path) -> dict:
+def checkout(ref: str, tmp: Path) -> Path:
+  """The source tree of git revision `ref`: this checkout for "", else a detached worktree of it under `tmp`."""
+  if not ref:
+    return ROOT
+  tree = tmp / f"tree_{ref}"
+  if not tree.exists():
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-f", str(tree), ref], check=True,
+                   capture_output=True)
+  return tree
+
+
+def run_arm(method: str, dtype: str, tree: Path, args, workdir: Path, cache_dir: Path) -> dict:
   variant = "" if method == "grpo" else f":{method}"
-  config = f"--config={ROOT / 'configs' / 'alfworld.py'}{variant}"
-  cmd = [sys.executable, str(ROOT / "experiments" / "train.py"), config,
-         f"--config.workdir={workdir}", f"--config.warm_start_run={args.warm_start}", "--config.warm_start_step=0",
+  config = f"--config={tree / 'configs' / 'alfworld.py'}{variant}"
+  cmd = [sys.executable, str(tree / "experiments" / "train.py"), config,
+         f"--config.workdir={workdir}", f"--config.warm_start_run={Path(args.warm_start).resolve()}",
+         "--config.warm_start_step=0",
          f"--config.model.dtype={dtype}", f"--config.grpo.iterations={args.iterations}",
          "--config.validation.every=1000", "--config.validation.num_tasks=4", "--config.validation.attempts=1",
-         "--config.reuse_warm_start=False", "--config.logging.plot=False", "--config.logging.tensorboard=False"]
+         "--config.logging.plot=False", "--config.logging.tensorboard=False"]
+  if "reuse_warm_start" in (tree / "agentopd_jax" / "training" / "config.py").read_text():
+    cmd.append("--config.reuse_warm_start=False")  # a revision from before warm-start reuse lacks the field
   env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(cache_dir), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-             JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+             JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0", PYTHONPATH=str(tree))
   t0 = time.perf_counter()
-  proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+  proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
   wall = time.perf_counter() - t0
   if proc.returncode:
     raise SystemExit(f"{method}:{dtype} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
@@ -74,18 +91,22 @@ def main(argv=None) -> dict:
   p.add_argument("--repeats", type=int, default=2, help="rounds; round 1 compiles, later rounds load the cache")
   p.add_argument("--out", default=None)
   args = p.parse_args(argv)
-  arms = [tuple(a.split(":")) for a in args.arms.split(",")]
+  arms = [tuple(a.split(":")[:1] + a.split(":")[1].split("@") + [""])[:3] for a in args.arms.split(",")]
   rounds = {a: [] for a in arms}
   with tempfile.TemporaryDirectory(prefix="bench_iteration_") as tmp:
-    for r in range(args.repeats):
-      for method, dtype in arms:
-        log(f"round {r + 1}: {method} {dtype}")
-        rounds[(method, dtype)].append(run_arm(method, dtype, args, Path(tmp) / f"{method}_{dtype}_{r}",
-                                               Path(tmp) / f"cache_{method}_{dtype}"))
+    try:
+      for r in range(args.repeats):
+        for method, dtype, ref in arms:
+          name = f"{method}_{dtype}_{ref}"
+          log(f"round {r + 1}: {method} {dtype} {ref or 'this checkout'}")
+          rounds[(method, dtype, ref)].append(run_arm(method, dtype, checkout(ref, Path(tmp)), args,
+                                                      Path(tmp) / f"{name}_{r}", Path(tmp) / f"cache_{name}"))
+    finally:
+      subprocess.run(["git", "-C", str(ROOT), "worktree", "prune"], capture_output=True)
   out = {"what": __doc__.split("\n\n")[0], "warm_start": args.warm_start, "iterations": args.iterations,
          "cpu_threads": len(os.sched_getaffinity(0)), "arms": {}}
   ref = None
-  for (method, dtype), runs in rounds.items():
+  for (method, dtype, ref), runs in rounds.items():
     cached = runs[1:] or runs
     later = {part: round(sum(x["later"][part] for x in runs) / len(runs), 2) for part in PARTS}
     compiling = {k: round(sum(x["compiling_later"][k] for x in runs) / len(runs), 2) for k in runs[0]["compiling_later"]}
@@ -95,9 +116,9 @@ def main(argv=None) -> dict:
     entry["first_over_later"] = round(entry["first_iteration_cached_s"] / later["iteration"], 2)
     ref = ref or entry
     entry["speedup_vs_first_arm"] = round(ref["iteration_s"] / later["iteration"], 2)
-    out["arms"][f"{method}:{dtype}"] = entry
+    out["arms"][f"{method}:{dtype}" + (f"@{ref}" if ref else "")] = entry
   for name, entry in out["arms"].items():
-    grpo = out["arms"].get("grpo:" + name.split(":")[1])
+    grpo = out["arms"].get("grpo:" + name.split(":")[1])  # same precision, same revision
     if grpo is not None:  # the method's iteration against GRPO's in the same precision
       entry["over_grpo_same_precision"] = round(entry["iteration_s"] / grpo["iteration_s"], 2)
   emit_json(out, args.out)

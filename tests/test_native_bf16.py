@@ -6,7 +6,7 @@ Two things are checked. The numbers: values and gradients agree with an f32 comp
 (blocked attention in f32 agrees with the einsum attention to float rounding). The kernels: in the compiled HLO of a
 bf16 train step and a bf16 decode step on the CPU backend, every dot multiplies two bf16 operands. Plain autodiff
 of a bf16 matmul fails that check (its backward products take the f32 cotangent), which the control test shows.
-The f32 path never enters either function, so f32 runs keep their results bit for bit.
+f32 takes the same functions (their f32 gradients against torch autograd: tests/test_models.py).
 """
 import re
 
@@ -174,14 +174,14 @@ def test_blocked_attention_over_a_cache_matches_einsum_attention(dtype, tol, sha
     np.testing.assert_allclose(np.asarray(g, np.float32), np.asarray(w, np.float32), atol=tol * scale)
 
 
-def test_f32_never_enters_the_low_precision_path():
+def test_every_precision_takes_the_same_path():
+  """f32 and bf16 alike run the projections through the custom VJP and unroll the layers on the CPU backend (f32's
+  gradients against torch autograd: tests/test_models.py)."""
   params = transformer.init_params(F32, jax.random.key(0))
   tokens = jnp.ones((2, 8), jnp.int32)
-  f32 = str(jax.make_jaxpr(lambda p: transformer.forward(F32, p, tokens)[0])(params))
-  bf16 = str(jax.make_jaxpr(lambda p: transformer.forward(BF16, p, tokens)[0])(params))
-  assert "custom_vjp_call" not in f32 and "custom_vjp_call" in bf16
-  assert transformer._layer_unroll(F32) == 1
-  assert transformer._layer_unroll(BF16) == (BF16.num_layers if jax.default_backend() == "cpu" else 1)
+  for config in (F32, BF16):
+    assert "custom_vjp_call" in str(jax.make_jaxpr(lambda p: transformer.forward(config, p, tokens)[0])(params))
+    assert transformer._layer_unroll(config) == (config.num_layers if jax.default_backend() == "cpu" else 1)
 
 
 def test_bf16_train_step_and_decode_multiply_only_bf16():

@@ -1,4 +1,4 @@
-"""Causal attention over a whole chunk in query blocks, with a flash-style backward pass: the low-precision path.
+"""Causal attention over a whole chunk in query blocks, with a flash-style backward pass.
 
 For a chunk without a KV cache (training, scoring, a first prefill) the einsum attention of `transformer` builds
 the full [B, kv, g, T, T] score tensor, keeps its probabilities for the backward pass and transposes f32 copies of
@@ -10,9 +10,9 @@ keys as a block before its own, and its backward pass returns their gradients to
   never computed (for T = 512 and Q = 128 that is 10 of 16 blocks).
 * The forward keeps only the output and the per-row log-sum-exp; the backward recomputes each block's
   probabilities from them (FlashAttention's recurrence: dS = P ∘ (dP − rowsum(dO ∘ O))).
-* Every product is bf16 × bf16 → f32 with its contracted dimension last on the left (the CPU's native kernel,
-  `matmul`): the left operands of Pᵀ·dO and dSᵀ·Q are copied transposed, never a product's output (XLA would
-  fold a transposed output back into the dot and leave it without a kernel).
+* Every product is in the compute dtype with f32 accumulation, its contracted dimension last on the left (in bf16
+  the CPU's native kernel, `matmul`): the left operands of Pᵀ·dO and dSᵀ·Q are copied transposed, never a
+  product's output (XLA would fold a transposed output back into the dot and leave it without a kernel).
 
 Numerics match `transformer._xla_attention` (f32 scores, softmax and accumulation; probabilities rounded to the
 compute dtype before the P·V product); only summation order differs. Rows without any visible key (padding)

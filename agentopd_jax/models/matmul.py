@@ -1,18 +1,19 @@
-"""Matmuls in a low-precision compute dtype that take the native bf16 kernel forward and backward.
+"""Matmuls whose backward products get row-major operands, so that on the CPU backend they take the fast kernels.
 
-`matmul(x, w, dt)`: x [..., K] @ w [K, N] with both operands in `dt` (bf16), accumulated and returned in f32.
-Under plain autodiff its backward pass fails to do what the forward does. The cotangent arriving at the f32
-output is f32, so `dx = g · wᵀ` and `dw = xᵀ · g` mix f32 with bf16 and XLA runs them as f32 GEMMs. On the CPU
+`matmul(x, w)`: x [..., K] @ w [K, N] with both operands in x's dtype, accumulated and returned in f32.
+Under plain autodiff a bf16 matmul's backward pass fails to do what the forward does. The cotangent arriving at the
+f32 output is f32, so `dx = g · wᵀ` and `dw = xᵀ · g` mix f32 with bf16 and XLA runs them as f32 GEMMs. On the CPU
 backend a bf16 × bf16 → f32 dot is fast only when its left operand contracts its last dimension (YNNPACK's
 condition, `xla/backends/cpu/ynn_support.cc`): XLA folds the transpose of `xᵀ · g` into the dot and then falls
 back to converting both operands to f32. On this project's CPU that fallback is 2–5× slower than the native
-kernel (docs/benchmarks.md, bf16).
+kernel (docs/benchmarks.md, bf16). In f32 the folded transpose costs a strided copy of the activations inside the
+weight-gradient dot; made once in the forward pass as a row-major copy it is cheaper (docs/benchmarks.md).
 
-The custom VJP here keeps every large product bf16 × bf16 → f32:
-  dx = g_bf16 · w_bf16ᵀ           (the right operand contracts its last dimension: native)
-  dw = (xᵀ)_copy · g_bf16         (x is transposed into a real copy first)
-The weight gradient is returned in f32 (the master dtype), never rounded to bf16; the input gradient in x's dtype.
-An f32 x never takes it: `matmul` runs a plain einsum there, so f32 runs keep XLA's own autodiff bit for bit.
+The custom VJP here keeps every large product in x's dtype with f32 accumulation:
+  dx = g_x · w_xᵀ           (the cotangent in x's dtype; the right operand contracts its last dimension: native)
+  dw = (xᵀ)_copy · g_x      (x is transposed into a real copy first)
+The weight gradient is returned in the weight's own dtype (the f32 master), never rounded to bf16; the input gradient
+in x's dtype. In f32 the values are plain autodiff's up to the order of the f32 sums.
 """
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def copy_transpose_last2(a: jnp.ndarray) -> jnp.ndarray:
 
 
 def _dot(a, b, contract_b: int):
-  """a [M, K] · b contracted on b's dim `contract_b`, bf16 in, f32 out."""
+  """a [M, K] · b contracted on b's dim `contract_b`, in their dtype (bf16 or f32), f32 out."""
   return jax.lax.dot_general(a, b, (((1,), (contract_b,)), ((), ())), preferred_element_type=jnp.float32)
 
 
@@ -52,7 +53,7 @@ def _matmul_2d(x, w):
 
 
 def _fwd(x, w):
-  # The backward pass needs x only as xᵀ: copy it transposed here, once, while x is at hand in bf16 (saving x
+  # The backward pass needs x only as xᵀ: copy it transposed here, once, while x is at hand in its dtype (saving x
   # itself lets XLA keep the f32 value it was rounded from and redo the rounding inside a slow strided copy).
   return _dot(x, w.astype(x.dtype), 0), (jax.lax.optimization_barrier(copy_transpose_last2(x)), w)
 
@@ -74,17 +75,12 @@ def matmul(x: jnp.ndarray, w: jnp.ndarray, contract: int = 1) -> jnp.ndarray:
   """x [..., K₁..K_c] · w [K₁..K_c, N...] -> [..., N...] in f32, both operands in x's dtype.
 
   `contract` is how many trailing dims of x (= leading dims of w) are summed over. w may be stored in another
-  dtype (f32 masters); it is cast to x's dtype for the product and its gradient comes back in its own dtype. An f32
-  x takes a plain einsum and XLA's own autodiff (f32 runs stay bit for bit what they were); a lower precision the
-  custom VJP above."""
+  dtype (f32 masters); it is cast to x's dtype for the product and its gradient comes back in its own dtype, through
+  the custom VJP above."""
   lead, kdims = x.shape[:x.ndim - contract], x.shape[x.ndim - contract:]
   if tuple(w.shape[:contract]) != tuple(kdims):
     raise ValueError(f"matmul: x's last {contract} dims {kdims} must equal w's first {w.shape[:contract]}")
   ndims = w.shape[contract:]
-  if x.dtype == jnp.float32:
-    letters = "abcdefghijklmnopqrstuvwxyz"
-    xs, ks, ns = letters[:len(lead)], letters[len(lead):x.ndim], letters[x.ndim:x.ndim + len(ndims)]
-    return jnp.einsum(f"{xs}{ks},{ks}{ns}->{xs}{ns}", x, w.astype(x.dtype), preferred_element_type=jnp.float32)
   k = 1
   for d in kdims:
     k *= d

@@ -8,10 +8,12 @@ same logits as unpadded rows. Attention runs through our einsum path or `jax.nn.
 attention on a GPU), as `ModelConfig.attention_impl` says; both give the same logits.
 
 Parameters carry logical axis names (see `parallel.sharding`); layers are stacked on a leading `layers` axis and
-run with `nn.scan`, so compile time does not grow with depth (on the CPU backend below f32 the scan is unrolled:
-`_layer_unroll`). Below f32 the matmuls and the attention of a chunk (anything but a one-token decode step) go
-through `matmul` and `blocked_attention`, which keep every product, backward passes included, on the native bf16
-kernel.
+run with `nn.scan`, so compile time does not grow with depth (on the CPU backend the scan is unrolled:
+`_layer_unroll`). The projections go through `matmul` and the attention of a chunk (anything but a one-token decode
+step) through `blocked_attention`, in every precision: in bf16 they keep every product, backward passes included,
+on the native bf16 kernel; in f32 too they skip the scores above the causal diagonal, keep no [T, T] probabilities
+for the backward pass and give the weight gradients row-major operands (docs/benchmarks.md: the f32 update step
+1.45x faster on CPU).
 """
 from __future__ import annotations
 
@@ -148,7 +150,7 @@ def _dot_product_attention(q, k, v, chunk_mask, layer_cache, cache_mask, impleme
 
 def _project(equation: str, x, kernel, dt):
   """x · kernel in the compute dtype `dt`, accumulated and returned in f32 by the matmul, then rounded to `dt`: what a
-  bf16 matmul in torch computes. Through `matmul.matmul`, whose custom VJP keeps the backward pass below f32 on the
+  bf16 matmul in torch computes. Through `matmul.matmul`, whose custom VJP keeps the backward pass in bf16 on the
   native bf16 kernel too (XLA's CPU backend runs a bf16 x bf16 dot fast only with an f32 result and its contracted
   dimension last on the left; on GPU/TPU the rounding fuses into the matmul)."""
   lhs, rhs = equation.split("->")[0].split(",")
@@ -195,8 +197,8 @@ class Attention(nn.Module):
       # A few queries per row: the einsum path over their rows of the masks.
       out = _xla_attention(q, k, v, _at(chunk_mask, read), layer_cache,
                            None if cache_mask is None else _at(cache_mask, read))
-    elif c.attention_impl == "xla" and dt != jnp.float32 and (layer_cache is None or q.shape[1] > 1):
-      # Below f32, a chunk (not a one-token decode step): no scores above the diagonal, flash backward.
+    elif c.attention_impl == "xla" and (layer_cache is None or q.shape[1] > 1):
+      # A chunk (not a one-token decode step): no scores above the diagonal, flash backward.
       cached = None if layer_cache is None else (layer_cache[0], layer_cache[1], cache_mask)
       out = blocked_attention(q, k, v, chunk_mask, cache=cached)
     elif c.attention_impl == "xla":
@@ -261,13 +263,14 @@ def _read_layers(c: ModelConfig, params, x, layer_caches, cos, sin, chunk_mask, 
 
 
 def _layer_unroll(c: ModelConfig) -> int:
-  """How many layers one step of the layer scan runs: all of them on the CPU backend below f32, else 1.
+  """How many layers one step of the layer scan runs: all of them on the CPU backend, else 1.
 
-  The scan stacks each layer's saved activations into [layers, ...] buffers with dynamic-update-slices. XLA:CPU has
-  no bf16 dynamic-update-slice: it widens the whole stack to f32 and back at every layer, which made those copies a
-  fifth of a bf16 update of the tiny model. Unrolled, the layers keep separate buffers. Accelerators keep the
-  rolled loop, whose compile time does not grow with depth; f32 keeps it too (no widening, same results)."""
-  return c.num_layers if c.compute_dtype != jnp.float32 and jax.default_backend() == "cpu" else 1
+  The scan stacks each layer's saved activations into [layers, ...] buffers with dynamic-update-slices and slices
+  each layer's weights out of the stacks. XLA:CPU has no bf16 dynamic-update-slice: it widens the whole stack to f32
+  and back at every layer, which made those copies a fifth of a bf16 update of the tiny model; in f32 the copies
+  alone cost the tiny model's update step about 7 % (docs/benchmarks.md). Unrolled, the layers keep separate
+  buffers. Accelerators keep the rolled loop, whose compile time does not grow with depth."""
+  return c.num_layers if jax.default_backend() == "cpu" else 1
 
 
 class Decoder(nn.Module):
