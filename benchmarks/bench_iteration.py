@@ -105,8 +105,8 @@ def main(argv=None) -> dict:
       subprocess.run(["git", "-C", str(ROOT), "worktree", "prune"], capture_output=True)
   out = {"what": __doc__.split("\n\n")[0], "warm_start": args.warm_start, "iterations": args.iterations,
          "cpu_threads": len(os.sched_getaffinity(0)), "arms": {}}
-  ref = None
-  for (method, dtype, ref), runs in rounds.items():
+  first = None
+  for (method, dtype, rev), runs in rounds.items():
     cached = runs[1:] or runs
     later = {part: round(sum(x["later"][part] for x in runs) / len(runs), 2) for part in PARTS}
     compiling = {k: round(sum(x["compiling_later"][k] for x in runs) / len(runs), 2) for k in runs[0]["compiling_later"]}
@@ -114,9 +114,9 @@ def main(argv=None) -> dict:
              "first_iteration_compiling_s": runs[0]["first_iteration_s"],
              "first_iteration_cached_s": round(sum(x["first_iteration_s"] for x in cached) / len(cached), 2)}
     entry["first_over_later"] = round(entry["first_iteration_cached_s"] / later["iteration"], 2)
-    ref = ref or entry
-    entry["speedup_vs_first_arm"] = round(ref["iteration_s"] / later["iteration"], 2)
-    out["arms"][f"{method}:{dtype}" + (f"@{ref}" if ref else "")] = entry
+    first = first or entry
+    entry["speedup_vs_first_arm"] = round(first["iteration_s"] / later["iteration"], 2)
+    out["arms"][f"{method}:{dtype}" + (f"@{rev}" if rev else "")] = entry
   for name, entry in out["arms"].items():
     grpo = out["arms"].get("grpo:" + name.split(":")[1])  # same precision, same revision
     if grpo is not None:  # the method's iteration against GRPO's in the same precision
