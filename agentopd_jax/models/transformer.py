@@ -362,6 +362,14 @@ def unembed_weight(config: ModelConfig, params) -> jnp.ndarray:
   return params["lm_head"]
 
 
+def unembed_rows(config: ModelConfig, params) -> jnp.ndarray:
+  """[V, D] output projection stored as rows (the embedding itself when tied, a transposed copy of the head else):
+  what `matmul.by_rows` streams in a decode step."""
+  if config.tie_embeddings:
+    return params["embedding"]
+  return matmul.copy_transpose_last2(params["lm_head"])
+
+
 def logits_from_hidden(config: ModelConfig, params, hidden: jnp.ndarray) -> jnp.ndarray:
   """Full f32 logits [..., V]; for scoring long sequences use the vocab-chunked path in `scoring`."""
   w = unembed_weight(config, params).astype(config.compute_dtype)

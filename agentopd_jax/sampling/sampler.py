@@ -46,7 +46,7 @@ import numpy as np
 
 from agentopd_jax.batching.collate import bucket
 from agentopd_jax.batching.prefixes import shared_prefixes
-from agentopd_jax.models import transformer
+from agentopd_jax.models import matmul, transformer
 from agentopd_jax.models.config import ModelConfig
 from agentopd_jax.sampling import stops as stops_lib
 
@@ -205,7 +205,7 @@ def _decode(config: ModelConfig, mesh, params, state: DecodeState, key, active, 
             stop_matched, stop_rows, temperature, top_p, *, num_steps: int, greedy: bool, top_k: int,
             use_top_p: bool, pad_id: int):
   b = state.pending.shape[0]
-  w_out = transformer.unembed_weight(config, params)
+  w_out = transformer.unembed_rows(config, params).astype(config.compute_dtype)  # made once, outside the loop
   n_stops = stop_next.shape[0]
 
   def cond(carry):
@@ -216,8 +216,7 @@ def _decode(config: ModelConfig, mesh, params, state: DecodeState, key, active, 
     step, st, done, toks, lps, plps, n_gen, stop_state, reasons = carry
     seg = (~done).astype(jnp.int32)[:, None]
     hidden, cache = transformer.forward(config, params, st.pending[:, None], st.cache.lengths[:, None], seg, st.cache)
-    logits = jnp.einsum("bd,dv->bv", hidden[:, 0].astype(config.compute_dtype), w_out.astype(config.compute_dtype),
-                        preferred_element_type=jnp.float32)
+    logits = matmul.by_rows(hidden[:, 0].astype(config.compute_dtype), w_out)
     tok, lp, plp = sample_from_logits(logits, fold_in(key, step), temperature, top_p,
                                       greedy=greedy, top_k=top_k, use_top_p=use_top_p)
     tok = jnp.where(done, pad_id, tok).astype(jnp.int32)
