@@ -175,13 +175,15 @@ def test_blocked_attention_over_a_cache_matches_einsum_attention(dtype, tol, sha
 
 
 def test_every_precision_takes_the_same_path():
-  """f32 and bf16 alike run the projections through the custom VJP and unroll the layers on the CPU backend (f32's
-  gradients against torch autograd: tests/test_models.py)."""
+  """f32 and bf16 alike run the projections through the custom VJP and unroll the layers of a call without a cache
+  on the CPU backend (f32's gradients against torch autograd: tests/test_models.py)."""
   params = transformer.init_params(F32, jax.random.key(0))
   tokens = jnp.ones((2, 8), jnp.int32)
   for config in (F32, BF16):
     assert "custom_vjp_call" in str(jax.make_jaxpr(lambda p: transformer.forward(config, p, tokens)[0])(params))
     assert transformer._layer_unroll(config) == (config.num_layers if jax.default_backend() == "cpu" else 1)
+  assert transformer._layer_unroll(BF16, cached=True) == transformer._layer_unroll(BF16)
+  assert transformer._layer_unroll(F32, cached=True) == 1  # an f32 decode step keeps the loop
 
 
 def test_bf16_train_step_and_decode_multiply_only_bf16():

@@ -257,20 +257,24 @@ def _read_layers(c: ModelConfig, params, x, layer_caches, cos, sin, chunk_mask, 
 
   if c.remat:
     layer = jax.checkpoint(layer, prevent_cse=False)
-  x, kv = jax.lax.scan(layer, x, jnp.arange(c.num_layers - 1), unroll=_layer_unroll(c))
+  x, kv = jax.lax.scan(layer, x, jnp.arange(c.num_layers - 1), unroll=_layer_unroll(c, layer_caches is not None))
   x, last_kv = layer(x, c.num_layers - 1, read)
   return x, jax.tree.map(lambda a, b: jnp.concatenate([a, b[None]]), kv, last_kv)
 
 
-def _layer_unroll(c: ModelConfig) -> int:
-  """How many layers one step of the layer scan runs: all of them on the CPU backend, else 1.
+def _layer_unroll(c: ModelConfig, cached: bool = False) -> int:
+  """How many layers one step of the layer scan runs: on the CPU backend all of them below f32, and in f32 for a
+  call without a KV cache (training, scoring); else 1.
 
   The scan stacks each layer's saved activations into [layers, ...] buffers with dynamic-update-slices and slices
   each layer's weights out of the stacks. XLA:CPU has no bf16 dynamic-update-slice: it widens the whole stack to f32
-  and back at every layer, which made those copies a fifth of a bf16 update of the tiny model; in f32 the copies
-  alone cost the tiny model's update step about 7 % (docs/benchmarks.md). Unrolled, the layers keep separate
-  buffers. Accelerators keep the rolled loop, whose compile time does not grow with depth."""
-  return c.num_layers if jax.default_backend() == "cpu" else 1
+  and back at every layer, which made those copies a fifth of a bf16 update of the tiny model; in f32 the copies cost
+  the tiny model's update step about 7 % (docs/benchmarks.md). Unrolled, the layers keep separate buffers. An f32
+  decode step over a cache keeps the loop: unrolled, 32 rows of the small preset took 42 ms a step against 30.
+  Accelerators keep the rolled loop, whose compile time does not grow with depth."""
+  if jax.default_backend() != "cpu" or (cached and c.compute_dtype == jnp.float32):
+    return 1
+  return c.num_layers
 
 
 class Decoder(nn.Module):
@@ -323,7 +327,8 @@ class Decoder(nn.Module):
       layer = nn.remat(layer, prevent_cse=False)
     stack = nn.scan(layer, variable_axes={"params": 0}, split_rngs={"params": True},
                     in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
-                    length=c.num_layers, metadata_params={nn.PARTITION_NAME: "layers"}, unroll=_layer_unroll(c))
+                    length=c.num_layers, metadata_params={nn.PARTITION_NAME: "layers"},
+                    unroll=_layer_unroll(c, cached=cache is not None))
     if read is None:
       x, (new_k, new_v) = stack(c, name="layers")(x, layer_caches, cos, sin, chunk_mask, cache_mask, cache_rows)
     else:
