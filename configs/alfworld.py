@@ -2,7 +2,7 @@
 
 Variants (`get_config(arg)`):
   cpu (default)  tiny model + built-in tokenizer + generated ALFWorld games on the fast engine: SFT warm start on
-                 expert demonstrations, then GRPO; 30 minutes on 2 CPU cores (docs/usage.md).
+                 expert demonstrations, then GRPO; 22 minutes on 2 CPU cores (docs/usage.md).
   qwen2p5_3b     the verl-agent / SDAR paper setting (Qwen2.5-3B-Instruct): 16 tasks x 8 group, lr 1e-6, KL 0.01,
   qwen2p5_7b     entropy 0.001, clip 0.2/0.2 c=3, 50 env steps, history 2, invalid penalty 0.1, rollout T=1.0,
   qwen3_1p7b     validation on 128 tasks at T=0.4, prompt/response 2048/512, no SFT. Weights come from

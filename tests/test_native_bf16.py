@@ -184,6 +184,7 @@ def test_every_precision_takes_the_same_path():
     assert transformer._layer_unroll(config) == (config.num_layers if jax.default_backend() == "cpu" else 1)
   assert transformer._layer_unroll(BF16, cached=True) == transformer._layer_unroll(BF16)
   assert transformer._layer_unroll(F32, cached=True) == 1  # an f32 decode step keeps the loop
+  assert transformer._layer_unroll(F32.replace(remat=True)) == 1  # and so does an f32 step with remat
 
 
 def test_bf16_train_step_and_decode_multiply_only_bf16():

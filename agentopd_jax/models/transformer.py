@@ -264,15 +264,16 @@ def _read_layers(c: ModelConfig, params, x, layer_caches, cos, sin, chunk_mask, 
 
 def _layer_unroll(c: ModelConfig, cached: bool = False) -> int:
   """How many layers one step of the layer scan runs: on the CPU backend all of them below f32, and in f32 for a
-  call without a KV cache (training, scoring); else 1.
+  call without a KV cache (training, scoring) without remat; else 1.
 
   The scan stacks each layer's saved activations into [layers, ...] buffers with dynamic-update-slices and slices
   each layer's weights out of the stacks. XLA:CPU has no bf16 dynamic-update-slice: it widens the whole stack to f32
   and back at every layer, which made those copies a fifth of a bf16 update of the tiny model; in f32 the copies cost
-  the tiny model's update step about 7 % (docs/benchmarks.md). Unrolled, the layers keep separate buffers. An f32
-  decode step over a cache keeps the loop: unrolled, 32 rows of the small preset took 42 ms a step against 30.
-  Accelerators keep the rolled loop, whose compile time does not grow with depth."""
-  if jax.default_backend() != "cpu" or (cached and c.compute_dtype == jnp.float32):
+  the tiny model's update step about 7 % (docs/benchmarks.md). Unrolled, the layers keep separate buffers. f32 keeps
+  the loop for a decode step over a cache (unrolled, 32 rows of the small preset took 42 ms a step against 30) and
+  under remat (unrolled, XLA kept more layers' recomputed activations live: docs/planning.md). Accelerators keep the
+  rolled loop, whose compile time does not grow with depth."""
+  if jax.default_backend() != "cpu" or (c.compute_dtype == jnp.float32 and (cached or c.remat)):
     return 1
   return c.num_layers
 

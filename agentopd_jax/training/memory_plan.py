@@ -19,9 +19,12 @@ on b_d = rows / data rows, n_d = b_d·t (over fsdp XLA splits their contraction,
 than their rows), with the MLP width f_t and the vocab chunk split over tensor where the rules split them. Nothing
 else is counted as split over tensor.
   one layer's saved activations
-      A = n·d·(6c + 8) + n·hd·(4hq + 4hkv)·c + 4·n·hq·hd + b·hq·t²·(8 + c) + 4·b_d·t·f_t·c
+      A = n·d·(6c + 8) + n·hd·(4hq + 4hkv)·c + 4·n·hq·hd + 8·b·hq·t + 3·b_d·t·f_t·c
       (residual, norms with their f32 intermediates, q/k/v before and after rope, attention output in f32 and c,
-      the masked f32 scores, the f32 softmax and its cast, the MLP's gate, up, silu and product)
+      the blocked attention's softmax statistics (it recomputes each query block's scores in the backward pass), the
+      MLP's gate and up and the transposed copy of their product that `matmul` keeps for the weight gradient; with
+      `attention_impl="dot_product"` the masked f32 scores, the f32 softmax and its cast, b·hq·t²·(8 + c), instead
+      of the statistics)
   activations without remat      L·A
   activations with remat         L·n·d·c + A       the layer inputs the scan keeps + one layer recomputed
   loss head                      n_d·d·(c + 4) + ceil(V / chunk)·n_d·4·(4 + 2k) + 4·n_d·chunk_t·4
@@ -36,8 +39,9 @@ else is counted as split over tensor.
                                      4·b_d·t·f_t·c)
       (one layer's scores and softmax while the scan stacks every layer's new keys and values; the cache write,
       whose update arrays XLA keeps for all B rows of the sampler's batch on every device; one layer's MLP)
-The attention scores are the big term at long rows: the einsum attention materialises [b, heads, t, t] f32 per
-layer (with `attention_impl="cudnn"` only the softmax statistics, 8 bytes per query and head; not measured here).
+The blocked attention materialises one query block's [b, heads, 128, t] scores at a time, in the forward and the
+backward pass, and keeps none of them per layer (with `attention_impl="dot_product"` the [b, heads, t, t] scores are
+kept per layer: the big term at long rows; not measured here).
 The terms are read off the code; which of them are live at once, and on how many rows, was settled against the
 compiled programs' `memory_analysis()` on CPU, which tests/test_plan.py keeps checking (docs/planning.md records
 the numbers, mesh by mesh).
@@ -122,9 +126,10 @@ def layer_activation_bytes(model: ModelConfig, mesh: AbstractMesh, rows: int, se
   t, n, c = seq_len, b * seq_len, model.compute_dtype.itemsize
   d, hd, hq, hkv = model.hidden_size, model.head_dim, model.num_heads, model.num_kv_heads
   f = _local(mesh, "mlp", model.intermediate_size)
-  # cuDNN flash attention keeps per query only its softmax statistics, never the [t, t] scores (not measured here).
-  scores = b * hq * t * 8 if model.attention_impl == "cudnn" else b * hq * t * t * (8 + c)
-  return n * d * (6 * c + 8) + n * hd * (4 * hq + 4 * hkv) * c + 4 * n * hq * hd + scores + 4 * b_mlp * t * f * c
+  # The blocked attention (the "xla" path of a chunk) and cuDNN flash attention keep per query only its softmax
+  # statistics, never the [t, t] scores; the plain dot-product path keeps the scores and their softmax.
+  scores = b * hq * t * t * (8 + c) if model.attention_impl == "dot_product" else b * hq * t * 8
+  return n * d * (6 * c + 8) + n * hd * (4 * hq + 4 * hkv) * c + 4 * n * hq * hd + scores + 3 * b_mlp * t * f * c
 
 
 def activation_bytes(model: ModelConfig, mesh: AbstractMesh, rows: int, seq_len: int, remat: bool) -> int:
