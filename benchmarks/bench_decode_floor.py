@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from common import best_time, emit_json, machine_roofline
 
-from agentopd_jax.models import transformer
+from agentopd_jax.models import matmul, transformer
 from agentopd_jax.models.config import PRESETS
 from agentopd_jax.sampling.sampler import Sampler, SamplingParams
 
@@ -36,15 +36,15 @@ def decode_ms(config, params, batch: int, repeats: int) -> float:
 
 
 def products_ms(weights, batch: int, streamed: bool, repeats: int) -> float:
-  """One step's worth of products over `weights` ([K, N] each; `streamed`: given as [N, K], the left operand)."""
+  """One step's worth of products over `weights`: x · w with w [K, N], or (`streamed`) `matmul.by_rows` with w given
+  as rows [N, K], the sampler's own product."""
   @jax.jit
   def run(weights):
     def step(i, total):
       for w in weights:
         x = jnp.full((batch, w.shape[1] if streamed else w.shape[0]), 1 + i, w.dtype)
-        dims = (((1,), (1,)), ((), ())) if streamed else (((1,), (0,)), ((), ()))
-        total = total + jnp.sum(jax.lax.dot_general(*((w, x) if streamed else (x, w)), dims,
-                                                    preferred_element_type=jnp.float32))
+        y = matmul.by_rows(x, w) if streamed else jnp.dot(x, w, preferred_element_type=jnp.float32)
+        total = total + jnp.sum(y)
       return total
     return jax.lax.fori_loop(0, STEPS, step, jnp.float32(0))
   return 1e3 * best_time(lambda: run(weights).block_until_ready(), repeats) / STEPS

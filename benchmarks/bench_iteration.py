@@ -42,6 +42,13 @@ def log(msg: str) -> None:
   print(f"[bench_iteration {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+def parse_arm(arm: str) -> tuple:
+  """"method:dtype[@REV]" -> (method, dtype, REV or "")."""
+  method, rest = arm.split(":")
+  dtype, _, rev = rest.partition("@")
+  return method, dtype, rev
+
+
 def checkout(ref: str, tmp: Path) -> Path:
   """The source tree of git revision `ref`: this checkout for "", else a detached worktree of it under `tmp`."""
   if not ref:
@@ -91,7 +98,7 @@ def main(argv=None) -> dict:
   p.add_argument("--repeats", type=int, default=2, help="rounds; round 1 compiles, later rounds load the cache")
   p.add_argument("--out", default=None)
   args = p.parse_args(argv)
-  arms = [tuple(a.split(":")[:1] + a.split(":")[1].split("@") + [""])[:3] for a in args.arms.split(",")]
+  arms = [parse_arm(a) for a in args.arms.split(",")]
   rounds = {a: [] for a in arms}
   with tempfile.TemporaryDirectory(prefix="bench_iteration_") as tmp:
     try:

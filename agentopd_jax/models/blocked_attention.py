@@ -29,6 +29,7 @@ import jax.numpy as jnp
 from agentopd_jax.models.matmul import copy_transpose_last2
 
 _NEG = float(jnp.finfo(jnp.float32).min)
+BLOCK = 128  # query rows per block
 
 
 def _bounds(t: int, block: int) -> List[Tuple[int, int]]:
@@ -112,7 +113,7 @@ def _heads_first(x):
   return split.reshape(b, kv, t + pad, hd)[:, :, :t]
 
 
-def blocked_attention(q, k, v, mask, block: int = 128, cache=None):
+def blocked_attention(q, k, v, mask, block: int = BLOCK, cache=None):
   """softmax(q·kᵀ/√d + mask)·v for a chunk. q [B, T, H, hd], k/v [B, T, kv, hd] (GQA: H = kv·g), mask [B, T, T]
   bool (causal ∧ same segment ∧ valid: every allowed key of row t is at or before t) -> [B, T, H, hd] in q's dtype.
 

@@ -329,7 +329,7 @@ class Decoder(nn.Module):
     stack = nn.scan(layer, variable_axes={"params": 0}, split_rngs={"params": True},
                     in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
                     length=c.num_layers, metadata_params={nn.PARTITION_NAME: "layers"},
-                    unroll=_layer_unroll(c, cached=cache is not None))
+                    unroll=_layer_unroll(c, cached=layer_caches is not None))
     if read is None:
       x, (new_k, new_v) = stack(c, name="layers")(x, layer_caches, cos, sin, chunk_mask, cache_mask, cache_rows)
     else:
@@ -369,11 +369,12 @@ def unembed_weight(config: ModelConfig, params) -> jnp.ndarray:
 
 
 def unembed_rows(config: ModelConfig, params) -> jnp.ndarray:
-  """[V, D] output projection stored as rows (the embedding itself when tied, a transposed copy of the head else):
-  what `matmul.by_rows` streams in a decode step."""
+  """[V, D] output projection as rows in the compute dtype (the embedding itself when tied, a transposed copy of the
+  head else): what `matmul.by_rows` streams in a decode step."""
+  dt = config.compute_dtype
   if config.tie_embeddings:
-    return params["embedding"]
-  return matmul.copy_transpose_last2(params["lm_head"])
+    return params["embedding"].astype(dt)
+  return matmul.copy_transpose_last2(params["lm_head"].astype(dt))
 
 
 def logits_from_hidden(config: ModelConfig, params, hidden: jnp.ndarray) -> jnp.ndarray:

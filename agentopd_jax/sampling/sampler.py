@@ -205,7 +205,7 @@ def _decode(config: ModelConfig, mesh, params, state: DecodeState, key, active, 
             stop_matched, stop_rows, temperature, top_p, *, num_steps: int, greedy: bool, top_k: int,
             use_top_p: bool, pad_id: int):
   b = state.pending.shape[0]
-  w_out = transformer.unembed_rows(config, params).astype(config.compute_dtype)  # made once, outside the loop
+  w_out = transformer.unembed_rows(config, params)  # made once, outside the loop
   n_stops = stop_next.shape[0]
 
   def cond(carry):

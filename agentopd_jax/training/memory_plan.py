@@ -35,9 +35,10 @@ else is counted as split over tensor.
   optimizer update               1 x params        AdamW's update tree, after the backward pass has freed the
                                                    activations: train step = batch + gradients + max(activations +
                                                    loss head, optimizer update)
-  prefill (rollout, B rows)      max(b·hq·t²·(8 + c) + 2·L·b·t·hkv·hd·c, 3·L·B·t·hkv·hd·c,
+  prefill (rollout, B rows)      max(b·hq·t·(8 + min(t, 128)·(8 + c)) + 2·L·b·t·hkv·hd·c, 3·L·B·t·hkv·hd·c,
                                      4·b_d·t·f_t·c)
-      (one layer's scores and softmax while the scan stacks every layer's new keys and values; the cache write,
+      (one query block's scores and softmax, and the statistics, while the scan stacks every layer's new keys and
+      values (with attention_impl="dot_product" all t rows' scores); the cache write,
       whose update arrays XLA keeps for all B rows of the sampler's batch on every device; one layer's MLP)
 The blocked attention materialises one query block's [b, heads, 128, t] scores at a time, in the forward and the
 backward pass, and keeps none of them per layer (with `attention_impl="dot_product"` the [b, heads, t, t] scores are
@@ -60,6 +61,7 @@ import optax
 from jax.sharding import AbstractMesh, NamedSharding, PartitionSpec as P
 
 from agentopd_jax.models import transformer
+from agentopd_jax.models.blocked_attention import BLOCK
 from agentopd_jax.models.config import ModelConfig
 from agentopd_jax.parallel.sharding import MESH_AXES, logical_to_spec
 from agentopd_jax.scoring.fused import ScoreConfig
@@ -155,7 +157,9 @@ def prefill_bytes(model: ModelConfig, mesh: AbstractMesh, rows: int, prefill_len
   """The sampler's first prefill of `rows` x `prefill_len` tokens into an empty cache (forward only)."""
   b, t, c = _rows_per_device(mesh, rows), prefill_len, model.compute_dtype.itemsize
   new_kv = model.num_layers * t * model.num_kv_heads * model.head_dim * c  # one row's keys of every layer
-  scores = b * model.num_heads * t * (8 if model.attention_impl == "cudnn" else t * (8 + c))
+  # The blocked attention holds one query block's scores at a time, cuDNN only softmax statistics.
+  widths = {"dot_product": t, "cudnn": 0}
+  scores = b * model.num_heads * t * (8 + widths.get(model.attention_impl, min(t, BLOCK)) * (8 + c))
   mlp = 4 * _rows_per_device(mesh, rows, ("data",)) * t * _local(mesh, "mlp", model.intermediate_size) * c
   return max(scores + 2 * b * new_kv, 3 * rows * new_kv, mlp)
 
