@@ -3,6 +3,7 @@ record, its summary and, per validation step, each panel problem's [successes, a
 folder below the data root). No checkpoint.
 
   python experiments/record_run.py runs/precision_ab/bfloat16_s0 results/precision_ab/bfloat16_s0
+  python experiments/record_run.py --eval runs/x/eval/eval.json results/x/eval_T0.4.json   # an evaluation's report
 """
 import argparse
 import json
@@ -35,12 +36,21 @@ def record(run: Path, dest: Path) -> None:
   (dest / "outcomes.json").write_text(json.dumps(outcomes, indent=0) + "\n")
 
 
+def record_eval(report: Path, dest: Path) -> None:
+  """An `experiments/evaluate.py` report (eval.json) with its per-problem outcomes named as `record` names them."""
+  summary = json.loads(report.read_text())
+  summary["outcomes"] = {problem_name(p): o for p, o in sorted(summary["outcomes"].items())}
+  dest.parent.mkdir(parents=True, exist_ok=True)
+  dest.write_text(json.dumps(summary, indent=0) + "\n")
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("run", type=Path)
-  parser.add_argument("dest", type=Path)
+  parser.add_argument("run", type=Path, help="a finished run's folder, or with --eval an evaluation's eval.json")
+  parser.add_argument("dest", type=Path, help="the record's folder, or with --eval its file")
+  parser.add_argument("--eval", action="store_true", help="record an experiments/evaluate.py report")
   args = parser.parse_args()
-  record(args.run, args.dest)
+  (record_eval if args.eval else record)(args.run, args.dest)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# SDAR's main table on the ALFWorld CPU default (docs/results.md, "SDAR's table"), seed by seed, resumable:
+#
+#   bash experiments/sdar_table.sh                    # seeds 0-4 into runs/sdar_table, records into results/sdar_table
+#   SEEDS="0 1" bash experiments/sdar_table.sh        # some seeds (a partly run table already pairs them)
+#
+# 1. The warm start, once: the CPU default's skill-reading SFT (`grpo.iterations=0`: SFT and its step-0 checkpoint).
+#    WARM_FROM=<run> copies an existing one instead (the recorded table started from runs/precision_ab2/warm_start).
+# 2. Per seed: the trained rows (configs/sweeps/sdar_table.py), then the rows that are evaluations:
+#    Vanilla at T = 0.4 and Skill-Prompt at T = 1.0 and 0.4 (the warm start with its KM-retrieved skills before the
+#    chat template, as SDAR's teacher reads them), every trained row's last checkpoint at T = 0.4, and Skill-GRPO's
+#    with its skills in the prompt at T = 0.4. Each finished run and evaluation is recorded in results/sdar_table.
+# 3. experiments/sdar_table.py regenerates the table and its plots from results/sdar_table alone.
+set -euo pipefail
+SEEDS=${SEEDS:-"0 1 2 3 4"}
+OUT=runs/sdar_table
+RESULTS=${RESULTS:-results/sdar_table}
+SWEEP=configs/sweeps/sdar_table.py
+CONFIG=configs/alfworld.py
+WARM=$OUT/warm_start
+
+. experiments/runs.sh
+
+if [ -n "${WARM_FROM:-}" ] && [ ! -d "$WARM" ]; then
+  mkdir -p "$OUT" && cp -r "$WARM_FROM" "$WARM"
+fi
+train "" "$WARM" --config.grpo.iterations=0
+[ -d "$RESULTS/warm_start" ] || python experiments/record_run.py "$WARM" "$RESULTS/warm_start"
+
+evaluate() {  # workdir step seed name extra-flags...: experiments/evaluate.py into $workdir/eval_<name>, recorded
+  local workdir=$1 step=$2 seed=$3 name=$4 dest
+  shift 4
+  dest=$RESULTS/$(basename "$workdir")/eval_$name.json
+  [ "$(basename "$workdir")" = warm_start ] && dest=$RESULTS/warm_start/eval_${name}_s$seed.json
+  if [ ! -f "$dest" ]; then
+    python experiments/evaluate.py --config=$CONFIG --config.workdir="$workdir" --config.seed="$seed" --step="$step" \
+      --out="$workdir/eval_${name}_s$seed" "$@"
+    python experiments/record_run.py --eval "$workdir/eval_${name}_s$seed/eval.json" "$dest"
+  fi
+}
+
+for seed in $SEEDS; do
+  python experiments/sweep.py --sweep=$SWEEP --sweep.seeds="($seed,)" || echo "[sdar_table] seed $seed: a run failed"
+  evaluate "$WARM" 0 "$seed" vanilla_T0.4 --config.validation.temperature=0.4
+  evaluate "$WARM" 0 "$seed" skill_prompt_T1.0 --skill_prompt=raw --config.skills.retrieval=km --config.validation.temperature=1.0
+  evaluate "$WARM" 0 "$seed" skill_prompt_T0.4 --skill_prompt=raw --config.skills.retrieval=km --config.validation.temperature=0.4
+  for run in "$OUT"/*-s"$seed"; do
+    [ -f "$run/summary.json" ] || continue
+    [ -d "$RESULTS/$(basename "$run")" ] || python experiments/record_run.py "$run" "$RESULTS/$(basename "$run")"
+    evaluate "$run" latest "$seed" T0.4 --config.validation.temperature=0.4
+  done
+  evaluate "$OUT/skill_grpo-s$seed" latest "$seed" skills_T0.4 --skill_prompt=user --config.skills.retrieval=km --config.validation.temperature=0.4
+done
+python experiments/sdar_table.py "$RESULTS"
