@@ -11,8 +11,8 @@ Variants (`get_config(arg)`):
                  runs/alfworld_cpu): its best checkpoint is the student, the others the teacher pool (HCN + LAD).
   kl_to_best     GRPO again from that run's warm start, with a KL pull toward its best checkpoint
                  (`--config.kl_to_best.run`, default runs/alfworld_cpu; docs/architecture.md, a new method).
-  sdar, grpo_opsd, opsd, rlsd, skill_sd, skill_grpo   SDAR and its baselines (docs/sdar.md), alone on CPU or before
-                 a paper model (sdar_qwen2p5_3b).
+  sdar, grpo_opsd, grpo_opsd_rkl, opsd, rlsd, skill_sd, skill_grpo
+                 SDAR and its baselines (docs/sdar.md), alone on CPU or before a paper model (sdar_qwen2p5_3b).
   opid           OPID (docs/opid.md): GRPO plus the hindsight-skill advantage, the oracle analyzer on CPU, an
                  OpenAI-compatible one on a paper model (opid_qwen2p5_3b). It stacks on another method with
                  `--config.method=sdar+opid`.

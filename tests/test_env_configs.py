@@ -90,7 +90,7 @@ def test_skill_method_variants():
   from agentopd_jax.objectives.registry import OBJECTIVES
   from agentopd_jax.training.presets import PAPER_MODELS
   for env in ("alfworld", "webshop", "searchqa"):
-    for method in ("sdar", "grpo_opsd", "opsd", "rlsd", "skill_sd", "skill_grpo"):
+    for method in ("sdar", "grpo_opsd", "grpo_opsd_rkl", "opsd", "rlsd", "skill_sd", "skill_grpo"):
       assert METHODS[method].objective in OBJECTIVES
       cpu = _config(env, method)
       assert cpu.method == method and cpu.workdir.endswith(f"_cpu_{method}") and cpu.sft.steps > 0

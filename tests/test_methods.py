@@ -33,6 +33,7 @@ def _config(variant: str, **overrides):
     ("cpu", {}, ("grpo",)),
     ("sdar", {}, ("sdar",)),
     ("grpo_opsd", {}, ("grpo_opsd",)),
+    ("grpo_opsd_rkl", {}, ("grpo_opsd_rkl",)),
     ("opsd", {}, ("opsd",)),
     ("rlsd", {}, ("rlsd",)),
     ("skill_sd", {}, ("skill_sd",)),

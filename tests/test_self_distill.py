@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from agentopd_jax.batching.collate import TrainBatch
-from agentopd_jax.methods.sdar.losses import (rlsd_advantages, rlsd_lambda, sampled_reverse_kl, sdar_gate, sdar_loss,
-                                             skill_sd_per_token, topk_forward_kl, topk_jsd)
+from agentopd_jax.methods.sdar.losses import (reverse_kl_score, rlsd_advantages, rlsd_lambda, sampled_reverse_kl,
+                                             sdar_gate, sdar_loss, skill_sd_per_token, topk_forward_kl, topk_jsd,
+                                             topk_reverse_kl)
 from agentopd_jax.methods.sdar.config import RlsdConfig, SdarConfig, SkillSdConfig
 from agentopd_jax.objectives import (OBJECTIVES, LossCore, LossParams, broadcast_to_tokens, get_objective,
                                      normalizer_for)
@@ -50,6 +51,10 @@ FKL = [[0, .75 * LN(1.5) + .25 * LN(.5), .5 * LN(.625) + .5 * LN(2.5), 0], [0, 0
 #   (0,2) M = .65 .35:   ½(½ ln(.5/.65) + ½ ln(.5/.35)) + ½(.8 ln(.8/.65) + .2 ln(.2/.35)) = ½ 0.047155 + ½ 0.054188
 #                        = 0.050672
 #   (1,2) M = ½ ½:       both halves equal ¼ ln ½ + ¾ ln 1.5 = 0.130812
+# KL(q̃_θ ‖ p̃_T) = Σ q (ln q − ln p):
+#   (0,1) ½ ln(½/¾) + ½ ln(½/¼) = ½ ln(4/3) = 0.143841;   (0,2) .8 ln 1.6 + .2 ln .4 = 0.376003 − 0.183258 = 0.192745
+#   (1,2) ¾ ln 3 + ¼ ln(1/3) = ½ ln 3 = 0.549306;           (0,3), (1,1): 0
+RKL = [[0, .5 * LN(4 / 3), .8 * LN(1.6) + .2 * LN(.4), 0], [0, 0, .5 * LN(3), 0]]
 JSD = [[0, .5 * (.75 * LN(1.2) + .25 * LN(2 / 3)) + .5 * (.5 * LN(.8) + .5 * LN(4 / 3)),
         .5 * (.5 * LN(.5 / .65) + .5 * LN(.5 / .35)) + .5 * (.8 * LN(.8 / .65) + .2 * LN(.2 / .35)), 0],
        [0, 0, .25 * LN(.5) + .75 * LN(1.5), 0]]
@@ -108,9 +113,62 @@ def test_sampled_reverse_kl_hand_value_and_gradient():
   np.testing.assert_array_equal(g_teacher, 0.0)
 
 
+def test_reverse_kl_score_hand_value_and_gradient():
+  teacher = jnp.array([[0.0, -1.0, -3.0], [-0.5, -2.0, 7.0]])
+  policy = jnp.array([[0.0, -2.0, -1.0], [-0.5, -2.5, -9.0]])
+  mask = jnp.array([[0, 1, 1], [0, 1, 0]], jnp.float32)
+  # ℓ = −(log π_T − log π_θ)·log π_θ on the mask: −(1)(−2) = 2, −(−2)(−1) = −2, −(0.5)(−2.5) = 1.25; 0 elsewhere.
+  np.testing.assert_allclose(reverse_kl_score(teacher, policy, mask), [[0, 2, -2], [0, 1.25, 0]])
+  # ∂ℓ/∂log π_θ = −(log π_T − log π_θ), the gap held constant: −1, 2 | −0.5; nothing reaches the teacher.
+  g_policy, g_teacher = jax.grad(lambda p, t: jnp.sum(reverse_kl_score(t, p, mask)), argnums=(0, 1))(policy, teacher)
+  np.testing.assert_array_equal(g_policy, [[0, -1, 2], [0, -0.5, 0]])
+  np.testing.assert_array_equal(g_teacher, 0.0)
+
+
+def _expected_gradient(per_token, logits, teacher_logprobs):
+  """E_{y~π_θ}[∇_logits ℓ(y)] by exact enumeration of a categorical π_θ = softmax(logits) over V ids: each id y is
+  a one-token sample whose loss is weighted by sg[π_θ(y)]."""
+  def surrogate(z):
+    logp = jax.nn.log_softmax(z)
+    losses = per_token(teacher_logprobs[None, :], logp[None, :], jnp.ones((1, logp.size)))[0]
+    return jnp.sum(jax.lax.stop_gradient(jnp.exp(logp)) * losses)
+  return jax.grad(surrogate)(logits)
+
+
+def test_sampled_divergences_expected_gradients_by_enumeration():
+  """E[∇ℓ] over y ~ π_θ: the sampled reverse-KL gradient gives ∇KL(π_θ ‖ π_T); the released code's term gives 0."""
+  logits = jnp.array([0.3, -1.2, 2.0, 0.0, -0.4])
+  teacher = jax.nn.log_softmax(jnp.array([1.0, 0.5, -1.0, 0.2, 0.0]))
+
+  def kl(z):
+    logp = jax.nn.log_softmax(z)
+    return jnp.sum(jnp.exp(logp) * (logp - teacher))
+  exact = jax.grad(kl)(logits)
+  assert np.abs(exact).max() > 0.1
+  np.testing.assert_allclose(_expected_gradient(reverse_kl_score, logits, teacher), exact, atol=1e-6)
+  np.testing.assert_allclose(_expected_gradient(sampled_reverse_kl, logits, teacher), 0.0, atol=1e-6)
+  # A gradient step along it lowers the KL: the term pulls the student toward the teacher.
+  assert kl(logits - 0.1 * exact) < kl(logits)
+
+
+def test_topk_reverse_kl_on_the_whole_vocabulary_is_the_reverse_kl():
+  logits = jnp.array([[[0.3, -1.2, 2.0, 0.0, -0.4]]])
+  teacher = jax.nn.log_softmax(jnp.array([[[1.0, 0.5, -1.0, 0.2, 0.0]]]))
+  mask = jnp.ones((1, 1))
+
+  def kl(z):
+    logp = jax.nn.log_softmax(z)
+    return jnp.sum(jnp.exp(logp) * (logp - teacher))
+  topk = lambda z: jnp.sum(topk_reverse_kl(jax.nn.log_softmax(z), teacher, mask))
+  np.testing.assert_allclose(topk(logits), kl(logits), rtol=1e-6)
+  np.testing.assert_allclose(jax.grad(topk)(logits), jax.grad(kl)(logits), atol=1e-6)
+
+
 def test_topk_divergences_hand_values():
   mask = jnp.array(MASK, jnp.float32)
   student, teacher = jnp.log(jnp.array(S_TOP)), jnp.log(jnp.array(T_TOP))
+  np.testing.assert_allclose(RKL[0][1:3] + RKL[1][2:3], [0.143841, 0.192745, 0.549306], atol=1e-6)
+  np.testing.assert_allclose(topk_reverse_kl(student, teacher, mask), RKL, rtol=1e-5, atol=1e-7)
   np.testing.assert_allclose(FKL[0][1:3] + FKL[1][2:3], [0.130812, 0.223144, 0.549306], atol=1e-6)
   np.testing.assert_allclose(JSD[0][1:3] + JSD[1][2:3], [0.033822, 0.050672, 0.130812], atol=1e-6)
   np.testing.assert_allclose(topk_forward_kl(student, teacher, mask), FKL, rtol=1e-5, atol=1e-7)
@@ -130,7 +188,15 @@ def test_topk_divergence_gradients_and_masked_garbage():
   expected = np.zeros((2, 4, 2))
   expected[0, 1], expected[0, 2], expected[1, 2] = [-.25, .25], [.3, -.3], [.5, -.5]
   np.testing.assert_allclose(g, expected, atol=1e-6)
-  for divergence in (topk_forward_kl, topk_jsd):
+  # ∂KL(q̃ ‖ p̃)/∂log π_θ(v_j) = q̃_j (ln q̃_j − ln p̃_j − KL): (0,1) ½(ln ⅔ − ½ ln 4/3), ½(ln 2 − ½ ln 4/3);
+  # (0,2) .8(ln 1.6 − 0.192745), .2(ln .4 − 0.192745); (1,2) ¾(ln 3 − ½ ln 3), ¼(−ln 3 − ½ ln 3).
+  g = jax.grad(lambda s: jnp.sum(topk_reverse_kl(s, teacher, mask)))(student)
+  expected = np.zeros((2, 4, 2))
+  expected[0, 1] = [.5 * (LN(2 / 3) - RKL[0][1]), .5 * (LN(2) - RKL[0][1])]
+  expected[0, 2] = [.8 * (LN(1.6) - RKL[0][2]), .2 * (LN(.4) - RKL[0][2])]
+  expected[1, 2] = [.75 * (LN(3) - RKL[1][2]), .25 * (-LN(3) - RKL[1][2])]
+  np.testing.assert_allclose(g, expected, atol=1e-6)
+  for divergence in (topk_forward_kl, topk_reverse_kl, topk_jsd):
     g_teacher = jax.grad(lambda t: jnp.sum(divergence(student, t, mask)))(teacher)
     np.testing.assert_array_equal(g_teacher, 0.0)
     # Off-mask positions may hold anything (±inf, NaN): no NaN in values or gradients.
@@ -176,7 +242,8 @@ def test_sdar_gate_ablations_hand_values(gate, weights):
   np.testing.assert_allclose(metrics["sdar/gate_mean"], sum(map(sum, weights)) / 5, rtol=1e-6)
 
 
-@pytest.mark.parametrize("divergence, per_token", [("topk_forward_kl", FKL), ("topk_jsd", JSD)])
+@pytest.mark.parametrize("divergence, per_token", [("topk_forward_kl", FKL), ("topk_reverse_kl", RKL),
+                                                     ("topk_jsd", JSD)])
 def test_sdar_topk_divergences_through_the_objective(divergence, per_token):
   scores, batch = _batch(teacher_topk=True)
   cfg = LossParams("sdar", method=SdarConfig(divergence=divergence, top_k=2))
@@ -227,6 +294,40 @@ def test_grpo_opsd_is_sdar_with_a_half_gate():
   assert all(float(metrics[k]) == float(metrics_beta0[k]) for k in metrics)
   with pytest.raises(ValueError, match="sdar.gate must be 'gap'"):
     get_objective("grpo_opsd").score_config(LossParams("grpo_opsd", method=SdarConfig(gate="soft_or")))
+
+
+def test_grpo_opsd_rkl_pulls_with_the_gap():
+  """GRPO+OPSD-RKL: g ≡ ½ on ℓ = −Δ·log π_θ; its gradient −½·Δ_t/N (the authors' form: −½/N on every token)."""
+  scores, batch = _batch()
+  cfg = LossParams("grpo_opsd_rkl", method=SdarConfig(divergence="reverse_kl_score"))
+  loss, metrics = _run(cfg, scores, batch)
+  # ½ Σ −Δ·log π_θ / 5 = ½ (ln3/5·1 − ln3/5·2 + 0 + ln9/5·1.5 − ln4/5·1) / 5 = ½ (2 ln 3 − ln 4) / 25 = 0.016219
+  np.testing.assert_allclose(metrics["sdar/loss"], 0.5 * (2 * LN(3) - LN(4)) / 25, rtol=1e-5)
+  np.testing.assert_allclose(loss, -0.2 + 0.01 * 0.5 * (2 * LN(3) - LN(4)) / 25, rtol=1e-5)
+  np.testing.assert_allclose(metrics["sdar/gate_mean"], 0.5, rtol=1e-6)
+  norm = normalizer_for(batch.loss_mask)
+  no_pg = dataclasses.replace(cfg, core=LossCore(pg_loss_coef=0.0))
+  for name, expected in (("grpo_opsd_rkl", -0.01 * 0.5 * np.array(GAP) * np.array(MASK) / 5),
+                         ("grpo_opsd", -0.01 * 0.5 * np.array(MASK) / 5)):
+    params = no_pg if name == "grpo_opsd_rkl" else LossParams("grpo_opsd", LossCore(pg_loss_coef=0.0))
+    g = jax.grad(lambda lp: get_objective(name).loss(scores.replace(policy_logprobs=lp), batch, params, norm)[0])(
+        scores.policy_logprobs)
+    np.testing.assert_allclose(g, expected, rtol=1e-6, atol=1e-9, err_msg=name)
+  # The same divergence in SDAR and OPSD: the gate on it.
+  _, sdar_metrics = _run(LossParams("sdar", method=SdarConfig(divergence="reverse_kl_score")), scores, batch)
+  lp = np.array([[0, -1.0, -2.0, -0.5], [0, -1.5, -1.0, 0]])
+  np.testing.assert_allclose(sdar_metrics["sdar/loss"], _gated_sum(G_GAP, -np.array(GAP) * lp) / 5, rtol=1e-5)
+  with pytest.raises(ValueError, match="sdar.divergence must be 'reverse_kl_score'"):
+    get_objective("grpo_opsd_rkl").score_config(LossParams("grpo_opsd_rkl"))
+  assert get_objective("grpo_opsd_rkl").teacher_top_k(cfg) == 0
+
+
+def test_grpo_opsd_rkl_preset_sets_its_divergence():
+  from agentopd_jax.training import presets
+  c = presets.select_variant("grpo_opsd_rkl", "configs/alfworld.py", lambda: presets.cpu_base("alfworld"),
+                             lambda v: None)
+  assert (c.method, c.sdar.divergence, c.sdar.gate_beta, c.teacher.context) == (
+      "grpo_opsd_rkl", "reverse_kl_score", 5.0, "skills")
 
 
 def test_opsd_has_no_policy_gradient_term():
@@ -412,6 +513,8 @@ def test_objective_fields_per_objective():
     assert top_k[name](LossParams(name)) == 0
     assert top_k[name](LossParams(name, method=SdarConfig(divergence="topk_jsd", top_k=8))) == 8
     assert top_k[name](LossParams(name, method=SdarConfig(divergence="topk_forward_kl"))) == 16
+    assert top_k[name](LossParams(name, method=SdarConfig(divergence="topk_reverse_kl", top_k=4))) == 4
+    assert top_k[name](LossParams(name, method=SdarConfig(divergence="reverse_kl_score"))) == 0
   assert top_k["rlsd"](LossParams("rlsd")) == 0
   assert top_k["skill_sd"](LossParams("skill_sd")) == 0
   assert [n for n in OBJECTIVES if OBJECTIVES[n].prepare is not None] == ["rlsd"]

@@ -12,10 +12,10 @@ from agentopd_jax.methods.agentic_opd.method import AgenticOpd
 from agentopd_jax.methods.grpo import Grpo
 from agentopd_jax.methods.kl_to_best import KlToBest  # also registers "kl_to_best"
 from agentopd_jax.methods.opid.method import Opid
-from agentopd_jax.methods.sdar.method import GrpoOpsd, Opsd, Rlsd, Sdar, SkillSd
+from agentopd_jax.methods.sdar.method import GrpoOpsd, GrpoOpsdRkl, Opsd, Rlsd, Sdar, SkillSd
 from agentopd_jax.methods.skill_grpo import SkillGrpo
 import agentopd_jax.methods.agentic_opd.losses  # noqa: F401  "agentic_opd"
-import agentopd_jax.methods.sdar.losses  # noqa: F401  "sdar", "grpo_opsd", "opsd", "rlsd", "skill_sd"
+import agentopd_jax.methods.sdar.losses  # noqa: F401  "sdar", "grpo_opsd", "grpo_opsd_rkl", "opsd", "rlsd", "skill_sd"
 
 # Every method by the name a run config's `method` string gives it.
-METHODS = {m.name: m for m in (Grpo, SkillGrpo, Sdar, GrpoOpsd, Opsd, Rlsd, SkillSd, Opid, AgenticOpd, KlToBest)}
+METHODS = {m.name: m for m in (Grpo, SkillGrpo, Sdar, GrpoOpsd, GrpoOpsdRkl, Opsd, Rlsd, SkillSd, Opid, AgenticOpd, KlToBest)}

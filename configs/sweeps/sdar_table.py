@@ -8,7 +8,7 @@ experiments/sdar_table.sh makes it), with λ = 1 for every self-distillation ter
 """
 import ml_collections
 
-METHODS = ("grpo", "opsd", "skill_grpo", "grpo_opsd", "skill_sd", "rlsd", "sdar")
+METHODS = ("grpo", "opsd", "skill_grpo", "grpo_opsd", "grpo_opsd_rkl", "skill_sd", "rlsd", "sdar")
 
 
 def get_config():

@@ -8,7 +8,8 @@ import dataclasses
 import math
 
 SDAR_GATES = ("gap", "entropy", "soft_or")
-SDAR_DIVERGENCES = ("reverse_kl", "topk_forward_kl", "topk_jsd")
+SDAR_DIVERGENCES = ("reverse_kl", "reverse_kl_score", "topk_forward_kl", "topk_reverse_kl", "topk_jsd")
+SAMPLED_DIVERGENCES = ("reverse_kl", "reverse_kl_score")  # read only log π_T of the sampled token
 RLSD_SCHEDULES = ("released_code", "from_lambda0")
 
 
@@ -35,7 +36,8 @@ class SdarConfig:
   coef: float = 0.01               # λ of the λ·L_SDAR term
   gate_beta: float = 5.0           # β of the gate σ(β·Δ_t); 0 = ungated (g ≡ ½, the GRPO+OPSD baseline)
   gate: str = "gap"                # "gap" (SDAR), "entropy" or "soft_or" (paper ablations)
-  divergence: str = "reverse_kl"   # or "topk_forward_kl" / "topk_jsd" over the teacher's top-k
+  divergence: str = "reverse_kl"   # the released code's; "reverse_kl_score" the sampled ∇KL(π_θ‖π_T); or over the
+                                   # teacher's top-k: "topk_forward_kl", "topk_reverse_kl", "topk_jsd"
   top_k: int = 16                  # k of the teacher's top-k support of the top-k divergences
 
   def __post_init__(self):

@@ -8,7 +8,9 @@ policy's `Scores.policy_gathered_logprobs`. `Scores.teacher_*` (a checkpoint tea
 never read here, and every objective runs GRPO's branches: no teacher forward per micro-batch.
 
   sdar        L = pg_loss_coef·L_GRPO − c_ent·H + β_KL·KL + sdar.coef·L_SDAR   (gated self-distillation)
-  grpo_opsd   sdar with sdar.gate_beta = 0, so g ≡ ½: the ungated OPSD term added to GRPO
+  grpo_opsd   sdar with sdar.gate_beta = 0, so g ≡ ½: the ungated OPSD term added to GRPO (the authors' form)
+  grpo_opsd_rkl  grpo_opsd with sdar.divergence = "reverse_kl_score" (its preset sets it): a naive baseline that
+                 pulls toward the teacher, where the authors' form adds zero-mean noise
   opsd        sdar with pg_loss_coef = 0: the gated OPSD term alone (+ KL, entropy)
   rlsd        GRPO with teacher-reweighted advantages (`rlsd_advantages`, applied host-side by `rlsd_prepare`)
   skill_sd    L_GRPO + skill_sd.coef·agg(ρ_on·k3)
@@ -28,7 +30,7 @@ import numpy as np
 
 from agentopd_jax.batching.collate import TrainBatch
 from agentopd_jax.objectives.losses import Normalizer, agg_loss, clamp, require_score, token_share, topk_log_dists
-from agentopd_jax.methods.sdar.config import SDAR_GATES, RlsdConfig, SdarConfig, SkillSdConfig
+from agentopd_jax.methods.sdar.config import SAMPLED_DIVERGENCES, SDAR_GATES, RlsdConfig, SdarConfig, SkillSdConfig
 from agentopd_jax.objectives.registry import (LossParams, Metrics, Objective, grpo_branches, grpo_loss,
                                               register_objective)
 from agentopd_jax.scoring.fused import Scores
@@ -88,6 +90,24 @@ def sampled_reverse_kl(teacher_logprobs: jnp.ndarray, policy_logprobs: jnp.ndarr
   return jnp.where(mask > 0, jax.lax.stop_gradient(teacher_logprobs) - policy_logprobs, 0.0)
 
 
+def reverse_kl_score(teacher_logprobs: jnp.ndarray, policy_logprobs: jnp.ndarray, mask: jnp.ndarray) -> jnp.ndarray:
+  """The sampled reverse-KL gradient as a surrogate on the student's sampled token, [B, T]:
+
+    ℓ_t = −sg[log π_T(y_t) − log π_θ(y_t)] · log π_θ(y_t)
+
+  KL(π_θ ‖ π_T) = E_{y~π_θ}[log π_θ(y) − log π_T(y)], and since E_{y~π_θ}[∇log π_θ(y)] = 0 its gradient is
+  E_{y~π_θ}[(log π_θ(y) − log π_T(y))·∇log π_θ(y)]: on y_t ~ π_θ, ∇ℓ_t is its single-sample (score-function)
+  estimate. So E[∇ℓ] = ∇KL(π_θ ‖ π_T), and the term pulls the student toward the teacher: tokens the teacher likes
+  better than the student (Δ_t > 0) are pushed up, the others down. `sampled_reverse_kl` (the released code's
+  ℓ = sg[log π_T] − log π_θ) has the expected gradient −E[∇log π_θ] = 0 instead; with a constant gate it adds only
+  noise. The value of ℓ is not a KL (its gradient is what matters). Zero off the mask.
+  """
+  chex.assert_rank([teacher_logprobs, policy_logprobs, mask], 2)
+  chex.assert_equal_shape([teacher_logprobs, policy_logprobs, mask])
+  gap = jax.lax.stop_gradient(teacher_logprobs - policy_logprobs)
+  return jnp.where(mask > 0, -gap * policy_logprobs, 0.0)
+
+
 def topk_forward_kl(policy_topk_logprobs: jnp.ndarray, teacher_topk_logprobs: jnp.ndarray,
                     mask: jnp.ndarray) -> jnp.ndarray:
   """Forward KL on the teacher's top-k support, [B, T, k] × 2 → [B, T]:
@@ -101,6 +121,21 @@ def topk_forward_kl(policy_topk_logprobs: jnp.ndarray, teacher_topk_logprobs: jn
   """
   log_q, log_p = topk_log_dists(policy_topk_logprobs, teacher_topk_logprobs, mask)
   loss = jnp.sum(jnp.exp(log_p) * (log_p - log_q), axis=-1)
+  return jnp.where(mask > 0, loss, 0.0)
+
+
+def topk_reverse_kl(policy_topk_logprobs: jnp.ndarray, teacher_topk_logprobs: jnp.ndarray,
+                    mask: jnp.ndarray) -> jnp.ndarray:
+  """Reverse KL on the teacher's top-k support (same p̃_T, q̃_θ as `topk_forward_kl`), [B, T, k] × 2 → [B, T]:
+
+    ℓ_t = KL(q̃_θ ‖ p̃_T) = Σ_k q̃_θ,k (log q̃_θ,k − log p̃_T,k)
+
+  The exact reverse KL over the k ids, with an exact gradient (no sampling): ∂ℓ/∂log π_θ(v_j) =
+  q̃_j·(log q̃_j − log p̃_j − ℓ). Mode-seeking: it pushes down the ids the student over-weights relative to the
+  teacher. With k = the vocabulary it is KL(π_θ ‖ π_T) itself. Only the policy gets gradients. Zero off the mask.
+  """
+  log_q, log_p = topk_log_dists(policy_topk_logprobs, teacher_topk_logprobs, mask)
+  loss = jnp.sum(jnp.exp(log_q) * (log_q - log_p), axis=-1)
   return jnp.where(mask > 0, loss, 0.0)
 
 
@@ -128,9 +163,9 @@ def sdar_loss(scores: Scores, batch: TrainBatch, params: LossParams,
     L = pg_loss_coef·L_GRPO − c_ent·H + β_KL·KL(π_θ ‖ π_ref) + λ·L_SDAR,   L_SDAR = agg(g_t·ℓ_t)
 
   λ = sdar.coef, g_t = `sdar_gate` (β = sdar.gate_beta, kind sdar.gate), ℓ_t by sdar.divergence:
-  `sampled_reverse_kl` (default, the released code), `topk_forward_kl` or `topk_jsd` over the teacher's top-k (paper
-  ablations). Δ_t uses the live
-  policy log-prob, as in the reference's micro-batch loop.
+  `sampled_reverse_kl` (default, the released code), `reverse_kl_score` (the sampled ∇KL(π_θ ‖ π_T)), or over the
+  teacher's top-k `topk_forward_kl`, `topk_reverse_kl`, `topk_jsd` (paper ablations). Δ_t uses the live policy
+  log-prob, as in the reference's micro-batch loop.
 
   Metrics (contributions): GRPO's, plus sdar/loss (L_SDAR before λ), sdar/gate_mean, sdar/gate_active_ratio (share of
   loss tokens with g > ½), sdar/teacher_gap_mean (mean Δ_t, live θ).
@@ -143,8 +178,9 @@ def sdar_loss(scores: Scores, batch: TrainBatch, params: LossParams,
   loss, metrics = grpo_loss(scores, batch, params, norm)
   gap = jnp.where(mask > 0, teacher - jax.lax.stop_gradient(logprobs), 0.0)
   gate = sdar_gate(gap, scores.policy_entropy, cfg.gate_beta, cfg.gate)
-  if cfg.divergence == "reverse_kl":
-    per_token = sampled_reverse_kl(teacher, logprobs, mask)
+  if cfg.divergence in SAMPLED_DIVERGENCES:
+    sampled = sampled_reverse_kl if cfg.divergence == "reverse_kl" else reverse_kl_score
+    per_token = sampled(teacher, logprobs, mask)
   else:
     why = f"{why} (sdar.divergence={cfg.divergence!r})"
     require_teacher_signal(batch.teacher_topk_ids, "teacher_topk_ids", why)
@@ -153,7 +189,8 @@ def sdar_loss(scores: Scores, batch: TrainBatch, params: LossParams,
     if teacher_topk.shape[-1] != cfg.top_k:
       raise ValueError(f"{why}: the batch carries the teacher's top-{teacher_topk.shape[-1]} but "
                        f"sdar.top_k={cfg.top_k}")
-    divergence = topk_forward_kl if cfg.divergence == "topk_forward_kl" else topk_jsd
+    divergence = {"topk_forward_kl": topk_forward_kl, "topk_reverse_kl": topk_reverse_kl,
+                  "topk_jsd": topk_jsd}[cfg.divergence]
     per_token = divergence(policy_topk, teacher_topk, mask)
   sdar = agg_loss(gate * per_token, mask, params.core.loss_agg_mode, norm)
   metrics.update({
@@ -178,8 +215,8 @@ def opsd_loss(scores: Scores, batch: TrainBatch, params: LossParams, norm: Norma
 
 
 def sdar_teacher_top_k(params: LossParams) -> int:
-  """The sampled-token reverse KL reads only log π_T(y_t); the top-k divergences the teacher's top-`sdar.top_k`."""
-  return 0 if params.method.divergence == "reverse_kl" else params.method.top_k
+  """The sampled-token divergences read only log π_T(y_t); the top-k ones the teacher's top-`sdar.top_k`."""
+  return 0 if params.method.divergence in SAMPLED_DIVERGENCES else params.method.top_k
 
 
 def sampled_token_only(params: LossParams) -> int:
@@ -191,6 +228,13 @@ def _grpo_opsd_check(params: LossParams) -> None:
   if params.method.gate != "gap":
     raise ValueError(f"objective 'grpo_opsd' is SDAR without gating (β = 0, g ≡ ½), which only the gap gate gives: "
                      f"sdar.gate must be 'gap', got {params.method.gate!r}")
+
+
+def _grpo_opsd_rkl_check(params: LossParams) -> None:
+  _grpo_opsd_check(params)
+  if params.method.divergence != "reverse_kl_score":
+    raise ValueError(f"objective 'grpo_opsd_rkl' is GRPO+OPSD with the sampled reverse-KL gradient: sdar.divergence "
+                     f"must be 'reverse_kl_score', got {params.method.divergence!r} (grpo_opsd takes the others)")
 
 
 # ---------------------------------------------------------------- RLSD
@@ -293,6 +337,9 @@ register_objective("sdar", Objective(name="sdar", loss_fn=sdar_loss, branches=gr
                                      teacher_top_k=sdar_teacher_top_k, group=SdarConfig))
 register_objective("grpo_opsd", Objective(name="grpo_opsd", loss_fn=grpo_opsd_loss, branches=grpo_branches,
                                           check=_grpo_opsd_check, teacher_top_k=sdar_teacher_top_k, group=SdarConfig))
+register_objective("grpo_opsd_rkl", Objective(name="grpo_opsd_rkl", loss_fn=grpo_opsd_loss,
+                                              branches=grpo_branches, check=_grpo_opsd_rkl_check,
+                                              teacher_top_k=sampled_token_only, group=SdarConfig))
 register_objective("opsd", Objective(name="opsd", loss_fn=opsd_loss, branches=grpo_branches,
                                      teacher_top_k=sdar_teacher_top_k, group=SdarConfig))
 register_objective("rlsd", Objective(name="rlsd", loss_fn=grpo_loss, branches=grpo_branches,

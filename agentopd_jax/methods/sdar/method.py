@@ -1,6 +1,6 @@
 """SDAR and its four teacher-reading baselines as one set of hooks: a privileged teacher scores every batch once.
 
-Each is a method of its own name (`method`: sdar, grpo_opsd, opsd, rlsd or skill_sd), whose objective of the same
+Each is a method of its own name (`method`: sdar, grpo_opsd, grpo_opsd_rkl, opsd, rlsd or skill_sd), whose objective of the same
 name (`methods.sdar.losses`) decides how the teacher's per-token signals enter the loss; the hooks produce them. The
 teacher is the rollout-time policy itself (`teacher.source="self"`) or a frozen checkpoint (`"pool"`), reading the
 student's completions after its own prompt: the plain one, or with the task's retrieved skills
@@ -86,6 +86,18 @@ class Sdar(Method):
 class GrpoOpsd(Sdar):
   """SDAR's GRPO+OPSD baseline: the ungated term (β = 0) added to GRPO."""
   name = objective = "grpo_opsd"
+
+
+class GrpoOpsdRkl(Sdar):
+  """GRPO+OPSD with the sampled reverse-KL gradient (`methods.sdar.losses.reverse_kl_score`): the ungated term that
+  really pulls toward the teacher, beside the authors' form."""
+  name = objective = "grpo_opsd_rkl"
+
+  @classmethod
+  def preset(cls, c, paper: bool):
+    c = super().preset(c, paper)
+    c.sdar.divergence = "reverse_kl_score"
+    return c
 
 
 class Opsd(Sdar):
