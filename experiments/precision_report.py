@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Dict, List
 
 import numpy as np
-from scipy import stats
+
+from agentopd_jax.eval.compare import paired_ci
 
 ARMS = ("float32", "bfloat16")
 MARGIN = -2.0  # points: bf16 may not lose more than this on the endpoint
@@ -40,15 +41,6 @@ def load(folder: Path) -> Dict[str, Dict[int, Dict[int, float]]]:
     if m and (record / "metrics.jsonl").exists():
       runs[m[1]][int(m[2])] = validations(record)
   return runs
-
-
-def paired_ci(diffs: List[float]):
-  """(mean, lower, upper) of the 95 % t interval of the mean paired difference."""
-  d = np.asarray(diffs, float)
-  if len(d) < 2:
-    return float(d.mean()), float("nan"), float("nan")
-  half = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
-  return float(d.mean()), float(d.mean() - half), float(d.mean() + half)
 
 
 def table(runs) -> dict:

@@ -51,4 +51,4 @@ for seed in $SEEDS; do
   done
   evaluate "$OUT/skill_grpo-s$seed" latest "$seed" skills_T0.4 --skill_prompt=user --config.skills.retrieval=km --config.validation.temperature=0.4
 done
-python experiments/sdar_table.py "$RESULTS"
+python experiments/sdar_table.py "$RESULTS" --plot docs/results_sdar_table.png --doc docs/results.md

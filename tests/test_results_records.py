@@ -64,3 +64,36 @@ def test_precision_table_matches_its_records(folder, seeds):
   table = report.table(report.load(Path(ROOT, "results", folder)))
   assert table["seeds"] == seeds and [r["step"] for r in table["rows"]] == [0, 4, 8]
   assert report.markdown(table) in open(os.path.join(ROOT, "docs", "results.md"), encoding="utf-8").read()
+
+
+def test_sdar_table_matches_its_records():
+  """SDAR's table (experiments/sdar_table.sh): the generated block of docs/results.md is `experiments/sdar_table.py`
+  of results/sdar_table, verbatim, and every recorded run's validations are its per-episode outcomes."""
+  import importlib.util
+  from pathlib import Path
+
+  spec = importlib.util.spec_from_file_location("sdar_table", os.path.join(ROOT, "experiments", "sdar_table.py"))
+  report = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(report)
+  folder = Path(ROOT, "results", "sdar_table")
+  data = report.load(folder)
+  assert data["runs"]["default"], "GRPO's runs are the table's baseline"
+  text = open(os.path.join(ROOT, "docs", "results.md"), encoding="utf-8").read()
+  assert f"{report.BEGIN}\n{report.report(data)}\n{report.END}" in text
+  for method, seeds in data["runs"].items():
+    for seed, run in seeds.items():
+      outcomes = json.loads((folder / f"{method}-s{seed}" / "outcomes.json").read_text())
+      for step, success in run["val"].items():
+        won, played = (sum(o[i] for o in outcomes[str(step)].values()) for i in (0, 1))
+        assert played == 256 and abs(100 * won / played - success) < 1e-9, (method, seed, step)
+
+
+def test_holm_and_paired_ci_by_hand():
+  from agentopd_jax.eval.compare import holm, paired_ci
+
+  # p = .01, .04, .03 (m = 3): sorted .01·3 = .03, .03·2 = .06, .04·1 = .04 → running max .03, .06, .06
+  assert holm([0.01, 0.04, None, 0.03]) == [0.03, 0.06, None, 0.06]
+  assert holm([0.6, 0.5]) == [1.0, 1.0]  # min(1, 2·.5) = 1, then max(1, .6) = 1
+  # diffs 1, 2, 3: mean 2, sd 1, t(0.975, 2) = 4.302653 → half-width 4.302653 / √3 = 2.484138
+  mean, lo, hi = paired_ci([1.0, 2.0, 3.0])
+  assert mean == 2.0 and abs(lo - (2 - 2.484138)) < 1e-6 and abs(hi - (2 + 2.484138)) < 1e-6

@@ -154,3 +154,13 @@ def test_a_sweep_runs_every_point_and_resumes_the_one_a_kill_interrupted(tmp_pat
   for name in names:
     summary = json.loads((root / name / "summary.json").read_text())
     assert summary["steps"] == [0, 1]
+
+
+@pytest.mark.parametrize("name", sorted(f for f in os.listdir(os.path.join(ROOT, "configs", "sweeps"))
+                                        if f.endswith(".py")))
+def test_every_shipped_sweep_expands(name, monkeypatch):
+  """Each sweep file in configs/sweeps builds every point's config (a renamed field is an error here, not mid-run)."""
+  monkeypatch.chdir(ROOT)
+  path = os.path.join("configs", "sweeps", name)
+  points = sweeps.expand(sweeps.load_sweep(path), where=path)
+  assert points and len({p.workdir for p in points}) == len(points)

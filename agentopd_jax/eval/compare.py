@@ -134,6 +134,30 @@ def paired(a: Dict[int, float], b: Dict[int, float]) -> Tuple[int, float, Option
   return len(diffs), mean, float(t), float(p)
 
 
+def paired_ci(diffs: Sequence[float], level: float = 0.95) -> Tuple[float, float, float]:
+  """(mean, lower, upper) of the t interval of the mean of per-seed paired differences (nan bounds under 2 seeds)."""
+  import numpy as np
+  from scipy import stats
+
+  d = np.asarray(diffs, float)
+  if len(d) < 2:
+    return float(d.mean()) if len(d) else float("nan"), float("nan"), float("nan")
+  half = stats.t.ppf(0.5 + level / 2, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
+  return float(d.mean()), float(d.mean() - half), float(d.mean() + half)
+
+
+def holm(pvalues: Sequence[Optional[float]]) -> List[Optional[float]]:
+  """Holm–Bonferroni adjusted p-values of one family of contrasts, in the given order (None stays None and does not
+  count): the i-th smallest of m p-values becomes max over j ≤ i of min(1, (m − j + 1)·p_(j))."""
+  present = sorted((p, i) for i, p in enumerate(pvalues) if p is not None)
+  out: List[Optional[float]] = [None] * len(pvalues)
+  running = 0.0
+  for rank, (p, i) in enumerate(present):
+    running = max(running, min(1.0, (len(present) - rank) * p))
+    out[i] = running
+  return out
+
+
 @dataclasses.dataclass
 class Table:
   env: str
