@@ -3,6 +3,11 @@
 #
 #   bash experiments/sdar_table.sh                    # seeds 0-4 into runs/sdar_table, records into results/sdar_table
 #   SEEDS="0 1" bash experiments/sdar_table.sh        # some seeds (a partly run table already pairs them)
+#   TABLE=sdar_search CONFIG=configs/searchqa.py SEEDS="0 1 2" bash experiments/sdar_table.sh   # search-QA's table
+#
+# TABLE names the sweep (configs/sweeps/$TABLE.py, whose root is runs/$TABLE) and the records (results/$TABLE).
+# WARM_FLAGS: the warm start's own flags (search-QA's: demonstrations of the question searcher, and half of them
+# also the oracle's behind the privileged skill prompt, so that the checkpoint can read skills).
 #
 # 1. The warm start, once: the CPU default's skill-reading SFT (`grpo.iterations=0`: SFT and its step-0 checkpoint).
 #    WARM_FROM=<run> copies an existing one instead (the recorded table started from runs/precision_ab2/warm_start).
@@ -13,18 +18,23 @@
 # 3. experiments/sdar_table.py regenerates the table and its plots from results/sdar_table alone.
 set -euo pipefail
 SEEDS=${SEEDS:-"0 1 2 3 4"}
-OUT=runs/sdar_table
-RESULTS=${RESULTS:-results/sdar_table}
-SWEEP=configs/sweeps/sdar_table.py
-CONFIG=configs/alfworld.py
+TABLE=${TABLE:-sdar_table}
+OUT=runs/$TABLE
+RESULTS=${RESULTS:-results/$TABLE}
+SWEEP=configs/sweeps/$TABLE.py
+CONFIG=${CONFIG:-configs/alfworld.py}
 WARM=$OUT/warm_start
+if [ "$TABLE" = sdar_search ]; then
+  WARM_FLAGS=${WARM_FLAGS:-"--config.sft.expert=question_searcher --config.sft.skill_fraction=0.5 --config.sft.skill_expert=oracle"}
+fi
 
 . experiments/runs.sh
 
 if [ -n "${WARM_FROM:-}" ] && [ ! -d "$WARM" ]; then
   mkdir -p "$OUT" && cp -r "$WARM_FROM" "$WARM"
 fi
-train "" "$WARM" --config.grpo.iterations=0
+# shellcheck disable=SC2086
+train "" "$WARM" --config.grpo.iterations=0 ${WARM_FLAGS:-}
 [ -d "$RESULTS/warm_start" ] || python experiments/record_run.py "$WARM" "$RESULTS/warm_start"
 
 evaluate() {  # workdir step seed name extra-flags...: experiments/evaluate.py into $workdir/eval_<name>, recorded
@@ -49,6 +59,6 @@ for seed in $SEEDS; do
     [ -d "$RESULTS/$(basename "$run")" ] || python experiments/record_run.py "$run" "$RESULTS/$(basename "$run")"
     evaluate "$run" latest "$seed" T0.4 --config.validation.temperature=0.4
   done
-  evaluate "$OUT/skill_grpo-s$seed" latest "$seed" skills_T0.4 --skill_prompt=user --config.skills.retrieval=km --config.validation.temperature=0.4
+  [ ! -f "$OUT/skill_grpo-s$seed/summary.json" ] || evaluate "$OUT/skill_grpo-s$seed" latest "$seed" skills_T0.4 --skill_prompt=user --config.skills.retrieval=km --config.validation.temperature=0.4
 done
-python experiments/sdar_table.py "$RESULTS" --plot docs/results_sdar_table.png --doc docs/results.md
+python experiments/sdar_table.py "$RESULTS" --plot "docs/results_$TABLE.png" --doc docs/results.md

@@ -79,7 +79,8 @@ def test_sdar_table_matches_its_records():
   data = report.load(folder)
   assert data["runs"]["default"], "GRPO's runs are the table's baseline"
   text = open(os.path.join(ROOT, "docs", "results.md"), encoding="utf-8").read()
-  assert f"{report.BEGIN}\n{report.report(data)}\n{report.END}" in text
+  begin, end = report.markers(folder)
+  assert f"{begin}\n{report.report(data)}\n{end}" in text
   for method, seeds in data["runs"].items():
     for seed, run in seeds.items():
       outcomes = json.loads((folder / f"{method}-s{seed}" / "outcomes.json").read_text())

@@ -170,6 +170,27 @@ def test_oracle_queries_copy_from_the_prompt(test_tasks):
   assert second.startswith(f"<search>{value} ") and value in obs and value.lower() not in bridge.question.lower()
 
 
+def test_question_searcher_knows_no_skill(test_tasks):
+  """The question searcher (`sft.expert=question_searcher`): every search is the question as written, with no retry;
+  it wins the single-hop and comparison questions whose words retrieve their facts, and fewer bridge questions than
+  the oracle, which hops by the found name as the shipped multi-hop skill says."""
+  env = SearchEnv()
+  task = next(t for t in test_tasks if t.data_source == "nq")
+  oracle = Oracle(task, style="question")
+  assert oracle.act(task.question) == f"<search>{task.question.rstrip(' ?')}</search>"
+  assert oracle.act("<information>nothing relevant</information>").startswith("<answer>")  # no retry
+  wins = {}
+  for t in [t for t in test_tasks if t.plan.kind == "single"][:40] + [t for t in test_tasks if t.plan.kind == "bridge"][:60]:
+    for style in ("oracle", "question"):
+      kind = wins.setdefault((t.plan.kind, style), [0, 0])
+      kind[0] += play(env, t, style=style)[1] > 0
+      kind[1] += 1
+  assert wins[("single", "question")] == wins[("single", "oracle")]
+  assert wins[("bridge", "question")][0] < 0.6 * wins[("bridge", "oracle")][0]
+  with pytest.raises(ValueError, match="style must be one of"):
+    Oracle(task, style="guess")
+
+
 def test_oracle_in_search_r1_format(url, test_tasks):
   env = SearchEnv(search_url=url, obs_format="search-r1")
   won = [play(env, t)[2]["won"] for t in test_tasks[::13]]

@@ -7,6 +7,7 @@ generator checked its articles with. So its success rate measures the corpus, th
 together (server, client, observation formats): a fact that retrieval does not surface is a failed question.
 
   actions, score, infos = play(env, task)      # e.g. for demonstrations: replaying `actions` gives the same episode
+  actions, score, infos = play(env, task, style="question")   # the searcher that knows none of the shipped skills
   action = advise(task, searches, searches_left)   # its next action in a policy's episode (OPID's oracle review)
 """
 from __future__ import annotations
@@ -19,17 +20,27 @@ from agentopd_jax.envs.search.tasks import SearchTask
 from agentopd_jax.envs.search.world import RELATIONS
 
 
+STYLES = ("oracle", "question")
+
+
 class Oracle:
   """Acts on one task; call `act(observation)` with the reset observation, then with each step's observation.
 
-  A hop whose fact is not in the results is searched again by the subject's name alone; `max_searches` bounds the
-  searches so the answer still fits in the episode (verl-agent: max_turns - 1; Search-R1: max_turns).
+  style "oracle" does what the shipped search skills say (`skills/banks/search`): each hop searched by its subject's
+  name plus the fact's words, a missed hop searched again by the name alone, a multi-hop question hopped by the
+  found name. style "question" knows none of that: every search is the question as written, once per hop, with no
+  retry, so it wins where the question's own words retrieve every fact it needs (a warm start's demonstrations
+  without skills, beside the oracle's behind SDAR's privileged skill prompt). Both read facts the same way.
+  `max_searches` bounds the searches so the answer still fits in the episode (verl-agent: max_turns - 1;
+  Search-R1: max_turns).
   """
 
-  def __init__(self, task: SearchTask, max_searches: int = 3):
+  def __init__(self, task: SearchTask, max_searches: int = 3, style: str = "oracle"):
     if task.plan is None:
       raise ValueError(f"task {task} has no plan; the oracle answers bundled questions only")
-    self.plan, self.max_searches, self.question = task.plan, max_searches, task.question
+    if style not in STYLES:
+      raise ValueError(f"search expert style must be one of {STYLES}, got {style!r}")
+    self.plan, self.max_searches, self.question, self.style = task.plan, max_searches, task.question, style
     self.values: List[Optional[str]] = []
     self.searches = 0
     self._attempt = 0  # searches for the current hop
@@ -43,6 +54,8 @@ class Oracle:
     """A query a policy that reads only the question and the passages can copy: the hop's subject as the question
     writes it (NQ's questions are lower-case; BM25 ignores case), else as the passage it was read from does, plus
     the relation's keywords on a hop's first search."""
+    if self.style == "question":
+      return self.question.rstrip(" ?")
     relation = self.plan.hops[len(self.values)][1]
     words = RELATIONS[relation].keywords if self._attempt == 0 else ""
     subject = self._subject()
@@ -62,7 +75,8 @@ class Oracle:
     if self._waiting:
       self._waiting = False
       value = self._read(observation)
-      if value is not None or self._attempt >= 2 or self.searches >= self.max_searches:
+      retries = 2 if self.style == "oracle" else 1
+      if value is not None or self._attempt >= retries or self.searches >= self.max_searches:
         self.values.append(value)
         self._attempt = 0
     if len(self.values) < len(self.plan.hops) and self.searches < self.max_searches:
@@ -112,11 +126,11 @@ def advise(task: SearchTask, searches: Sequence[Tuple[str, str]], searches_left:
   return f"<answer>{oracle.answer()}</answer>"
 
 
-def play(env, task: SearchTask) -> Tuple[List[str], float, Dict[str, Any]]:
-  """Plays one episode of `env` (a `SearchEnv`) with the oracle: (actions, final score, final infos)."""
+def play(env, task: SearchTask, style: str = "oracle") -> Tuple[List[str], float, Dict[str, Any]]:
+  """Plays one episode of `env` (a `SearchEnv`) with the oracle of `style`: (actions, final score, final infos)."""
   obs, infos = env.reset(task)
   budget = env.max_turns - 1 if env.obs_format == "verl-agent" else env.max_turns
-  oracle = Oracle(task, max_searches=budget)
+  oracle = Oracle(task, max_searches=budget, style=style)
   actions, score, done = [], 0.0, False
   while not done:
     action = oracle.act(obs)

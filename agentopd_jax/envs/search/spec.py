@@ -65,10 +65,15 @@ def worker(env_cfg, max_steps: Optional[int] = None):
   return functools.partial(SearchEnv, **env_kwargs(env_cfg))
 
 
-def _oracle(kwargs: dict, task) -> List[str]:
+# sft.expert names: the oracle searcher, which does what the shipped skills say, and the question searcher, which
+# searches the question itself (`oracle.Oracle`'s styles).
+EXPERTS = {"oracle": "oracle", "question_searcher": "question"}
+
+
+def _expert(kwargs: dict, style: str, task) -> List[str]:
   from agentopd_jax.envs.search import SearchEnv, play
 
-  actions, _, _ = play(SearchEnv(**kwargs), task)
+  actions, _, _ = play(SearchEnv(**kwargs), task, style=style)
   return actions
 
 
@@ -124,7 +129,7 @@ class SearchConfig(EnvCommon):
 
 
 SPEC = register(EnvSpec(
-    name="search", config=SearchConfig, tasks=questions, worker=worker, text_env=SearchText, experts=("oracle",),
-    expert=lambda env_cfg, name: functools.partial(_oracle, env_kwargs(env_cfg)), tokenizer_corpus=tokenizer_corpus,
+    name="search", config=SearchConfig, tasks=questions, worker=worker, text_env=SearchText, experts=tuple(EXPERTS),
+    expert=lambda env_cfg, name: functools.partial(_expert, env_kwargs(env_cfg), EXPERTS[name]), tokenizer_corpus=tokenizer_corpus,
     skills=SkillSpec(bank=shipped_skill_bank("search"), rule="search", query=skill_query), hindsight=hindsight,
     task_group=data_source, report=REPORT))
