@@ -72,19 +72,21 @@ def test_sdar_table_matches_its_records():
   import importlib.util
   from pathlib import Path
 
+  from agentopd_jax.eval.records import load_table
+
   spec = importlib.util.spec_from_file_location("sdar_table", os.path.join(ROOT, "experiments", "sdar_table.py"))
   report = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(report)
   folder = Path(ROOT, "results", "sdar_table")
-  data = report.load(folder)
-  assert data["runs"]["default"], "GRPO's runs are the table's baseline"
-  text = open(os.path.join(ROOT, "docs", "results.md"), encoding="utf-8").read()
+  table = load_table(folder)
+  assert table.runs["default"], "GRPO's runs are the table's baseline"
   begin, end = report.markers(folder)
-  assert f"{begin}\n{report.report(data)}\n{end}" in text
-  for method, seeds in data["runs"].items():
+  text = open(os.path.join(ROOT, "docs", "results.md"), encoding="utf-8").read()
+  assert f"{begin}\n{report.report(folder)}\n{end}" in text
+  for method, seeds in table.runs.items():
     for seed, run in seeds.items():
       outcomes = json.loads((folder / f"{method}-s{seed}" / "outcomes.json").read_text())
-      for step, success in run["val"].items():
+      for step, success in run.val.items():
         won, played = (sum(o[i] for o in outcomes[str(step)].values()) for i in (0, 1))
         assert played == 256 and abs(100 * won / played - success) < 1e-9, (method, seed, step)
 
