@@ -4,6 +4,7 @@
 #   bash experiments/sdar_table.sh                    # seeds 0-4 into runs/sdar_table, records into results/sdar_table
 #   SEEDS="0 1" bash experiments/sdar_table.sh        # some seeds (a partly run table already pairs them)
 #   TABLE=sdar_search CONFIG=configs/searchqa.py SEEDS="0 1 2" bash experiments/sdar_table.sh   # search-QA's table
+#   TABLE=sdar_webshop CONFIG=configs/webshop.py SEEDS="0" bash experiments/sdar_table.sh         # WebShop, one seed
 #
 # TABLE names the sweep (configs/sweeps/$TABLE.py, whose root is runs/$TABLE) and the records (results/$TABLE).
 # WARM_FLAGS: the warm start's own flags (search-QA's: demonstrations of the question searcher, and half of them
@@ -11,10 +12,10 @@
 #
 # 1. The warm start, once: the CPU default's skill-reading SFT (`grpo.iterations=0`: SFT and its step-0 checkpoint).
 #    WARM_FROM=<run> copies an existing one instead (the recorded table started from runs/precision_ab2/warm_start).
-# 2. Per seed: the trained rows (configs/sweeps/sdar_table.py), then the rows that are evaluations:
-#    Vanilla at T = 0.4 and Skill-Prompt at T = 1.0 and 0.4 (the warm start with its KM-retrieved skills before the
-#    chat template, as SDAR's teacher reads them), every trained row's last checkpoint at T = 0.4, and Skill-GRPO's
-#    with its skills in the prompt at T = 0.4. Each finished run and evaluation is recorded in results/sdar_table.
+# 2. Per seed: the warm start's rows, Vanilla at T = 0.4 and Skill-Prompt at T = 1.0 and 0.4 (the warm start with its
+#    KM-retrieved skills before the chat template, as SDAR's teacher reads them); the trained rows
+#    (configs/sweeps/$TABLE.py); every trained row's last checkpoint at T = 0.4, and Skill-GRPO's with its skills in
+#    the prompt at T = 0.4. Each finished run and evaluation is recorded in results/$TABLE.
 # 3. experiments/sdar_table.py regenerates the table and its plots from results/sdar_table alone.
 set -euo pipefail
 SEEDS=${SEEDS:-"0 1 2 3 4"}
@@ -50,10 +51,11 @@ evaluate() {  # workdir step seed name extra-flags...: experiments/evaluate.py i
 }
 
 for seed in $SEEDS; do
-  python experiments/sweep.py --sweep=$SWEEP --sweep.seeds="($seed,)" || echo "[sdar_table] seed $seed: a run failed"
+  # The warm start's rows first: Skill-Prompt measures whether skills help this checkpoint before any run counts.
   evaluate "$WARM" 0 "$seed" vanilla_T0.4 --config.validation.temperature=0.4
   evaluate "$WARM" 0 "$seed" skill_prompt_T1.0 --skill_prompt=raw --config.skills.retrieval=km --config.validation.temperature=1.0
   evaluate "$WARM" 0 "$seed" skill_prompt_T0.4 --skill_prompt=raw --config.skills.retrieval=km --config.validation.temperature=0.4
+  python experiments/sweep.py --sweep=$SWEEP --sweep.seeds="($seed,)" || echo "[sdar_table] seed $seed: a run failed"
   for run in "$OUT"/*-s"$seed"; do
     [ -f "$run/summary.json" ] || continue
     [ -d "$RESULTS/$(basename "$run")" ] || python experiments/record_run.py "$run" "$RESULTS/$(basename "$run")"
