@@ -268,6 +268,37 @@ def test_agentic_opd_task_term_and_lad_routing():
   np.testing.assert_allclose(loss, routed_opd + 0.28, rtol=1e-5)
 
 
+def test_lad_normalised_by_routed_tokens():
+  """lad_norm="routed_tokens": the OPD term is Σ d·ℓ / Σ d over the mini-batch (3 routed of 5 loss tokens here), so
+  its step does not shrink with the routed share; the task term keeps every loss token's denominator."""
+  d = jnp.array([[0, 1, 1, 1], [0, 0, 0, 0]], jnp.float32)
+  scores, batch = _opd_batch(distill_mask=d)
+  routed_sum = ELL[0][1] + ELL[0][2] + ELL[0][3]
+  norm = normalizer_for(batch.loss_mask, distill_mask=d)
+  assert float(norm.tokens) == 5.0 and float(norm.routed) == 3.0
+  obj = get_objective("agentic_opd")
+  cfg = _opd(top_k=2, lad_norm="routed_tokens")
+  loss, metrics = obj.loss(scores, batch, cfg, norm)
+  np.testing.assert_allclose(loss, routed_sum / 3, rtol=1e-5)
+  np.testing.assert_allclose(metrics["opd_loss"], routed_sum / 3, rtol=1e-5)
+  np.testing.assert_allclose(obj.loss(scores, batch, _opd(top_k=2), norm)[0], routed_sum / 5, rtol=1e-5)
+  # Every token routed: the two norms agree. With lad_other = "grpo" the task term (row 1: 0.4) is unchanged.
+  np.testing.assert_allclose(normalizer_for(batch.loss_mask, distill_mask=jnp.ones_like(d)).routed, 5.0)
+  loss, metrics = obj.loss(scores, batch, _opd(top_k=2, lad_norm="routed_tokens", lad_other="grpo"), norm)
+  np.testing.assert_allclose(metrics["task_loss"], 0.4, rtol=1e-5)
+  np.testing.assert_allclose(loss, routed_sum / 3 + 0.4, rtol=1e-5)
+  # Micro-batches of one row each, with the mini-batch's normaliser, add up to the whole.
+  rows = [obj.loss(jax.tree.map(lambda x: x[i:i + 1], scores), jax.tree.map(lambda x: x[i:i + 1], batch), cfg,
+                   norm)[0] for i in (0, 1)]
+  np.testing.assert_allclose(sum(rows), routed_sum / 3, rtol=1e-5)
+  with pytest.raises(ValueError, match="lad_norm='routed_tokens'.*token-mean"):
+    obj.score_config(_opd({"loss_agg_mode": "seq-mean-token-mean"}, top_k=2, lad_norm="routed_tokens"))
+  with pytest.raises(ValueError, match="lad_norm='routed_tokens'.*topk_reverse_kl"):
+    obj.score_config(_opd(variant="sampled_token", lad_norm="routed_tokens"))
+  with pytest.raises(ValueError, match="agentic_opd.lad_norm must be one of"):
+    AgenticOpdConfig(lad_norm="all")
+
+
 def test_agentic_opd_sampled_token_variant():
   scores, batch = _opd_batch()
   cfg = _opd(variant="sampled_token")

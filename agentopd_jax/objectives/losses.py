@@ -37,18 +37,22 @@ def clamp(x: jnp.ndarray, lo: Optional[float] = None, hi: Optional[float] = None
 @flax.struct.dataclass
 class Normalizer:
   """Denominators of `agg_loss` over one mini-batch: `tokens` = Σ mask and `sequences` = the rows holding a sample
-  (each at least 1), and the constant `horizon` L of seq-mean-token-sum-norm (static; 0 = unset)."""
+  (each at least 1), and the constant `horizon` L of seq-mean-token-sum-norm (static; 0 = unset); `routed` = Σ of
+  the distillation mask over the loss tokens (at least 1; `tokens` without one), for a term over routed tokens."""
   tokens: jnp.ndarray
   sequences: jnp.ndarray
   horizon: float = flax.struct.field(pytree_node=False, default=0.0)
+  routed: Optional[jnp.ndarray] = None
 
 
-def normalizer_for(mask: jnp.ndarray, segment_ids: Optional[jnp.ndarray] = None, horizon: float = 0.0) -> Normalizer:
+def normalizer_for(mask: jnp.ndarray, segment_ids: Optional[jnp.ndarray] = None, horizon: float = 0.0,
+                   distill_mask: Optional[jnp.ndarray] = None) -> Normalizer:
   """The normaliser of a (mini-)batch [B, T]; compute it over the whole mini-batch, before splitting.
 
   Sequences are counted as verl counts them, every row of its batch whether or not it has a loss token, except the
   padding rows that fill up a mini-batch here (`segment_ids` all 0: they hold no sample and are no row of verl's
-  batch). Without `segment_ids` every row holds a sample. `horizon`: `LossCore.loss_scale_factor`.
+  batch). Without `segment_ids` every row holds a sample. `horizon`: `LossCore.loss_scale_factor`. `distill_mask`
+  (LAD's routing, [B, T]) sets `routed`.
   """
   chex.assert_rank(mask, 2)
   if not horizon >= 0:
@@ -59,7 +63,9 @@ def normalizer_for(mask: jnp.ndarray, segment_ids: Optional[jnp.ndarray] = None,
   else:
     chex.assert_equal_shape([mask, segment_ids])
     sequences = jnp.sum(jnp.any(segment_ids > 0, axis=-1).astype(jnp.float32))
-  return Normalizer(tokens=jnp.maximum(tokens, 1.0), sequences=jnp.maximum(sequences, 1.0), horizon=float(horizon))
+  routed = tokens if distill_mask is None else jnp.sum(distill_mask.astype(jnp.float32) * (mask > 0))
+  return Normalizer(tokens=jnp.maximum(tokens, 1.0), sequences=jnp.maximum(sequences, 1.0), horizon=float(horizon),
+                    routed=jnp.maximum(routed, 1.0))
 
 
 def agg_loss(values: jnp.ndarray, mask: jnp.ndarray, mode: str, normalizer: Normalizer) -> jnp.ndarray:

@@ -153,8 +153,9 @@ def make_train_step(model: ModelConfig, loss: LossParams, optimizer: optax.Gradi
 
   def step(state: TrainState, minibatch: TrainBatch, teacher_params=None):
     width = minibatch.loss_mask.shape[-1]
+    distill = None if minibatch.distill_mask is None else minibatch.distill_mask.reshape(-1, width)
     norm = normalizer_for(minibatch.loss_mask.reshape(-1, width), minibatch.segment_ids.reshape(-1, width),
-                          loss.core.loss_scale_factor)
+                          loss.core.loss_scale_factor, distill)
     prefixes, policy_prefix, pull = None, None, None
     if minibatch.prefix_tokens is not None:
       # The mini-batch's shared prefixes: forwarded once here; every micro-batch's rows continue them, and the

@@ -12,6 +12,7 @@ from agentopd_jax.methods.agentic_opd.hcn import SCHEDULERS
 LAD_CHOICES = ("group_rates", "off")
 OPD_VARIANTS = ("topk_reverse_kl", "sampled_token")
 LAD_OTHER = ("none", "grpo")
+LAD_NORMS = ("loss_tokens", "routed_tokens")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +33,8 @@ class AgenticOpdConfig:
   max_abs_log_ratio: float = 0.0       # clamp of the top-k log-ratio to ±c; 0 = no clamp (the reference's null)
   variant: str = "topk_reverse_kl"     # or "sampled_token" (the documented PG-OPD advantage)
   lad_other: str = "none"              # what rollouts LAD does not route get: "none", or "grpo" (pg_loss_coef · PPO)
+  lad_norm: str = "loss_tokens"        # the OPD term's token mean over every loss token (the authors'), so its step
+                                       # shrinks with the routed share; "routed_tokens": over the routed ones only
 
   def __post_init__(self):
     if self.scheduler not in SCHEDULERS:
@@ -52,5 +55,7 @@ class AgenticOpdConfig:
       raise ValueError(f"agentic_opd.top_k must be an int >= 1, got {self.top_k!r}")
     if self.variant not in OPD_VARIANTS:
       raise ValueError(f"agentic_opd.variant must be one of {OPD_VARIANTS}, got {self.variant!r}")
+    if self.lad_norm not in LAD_NORMS:
+      raise ValueError(f"agentic_opd.lad_norm must be one of {LAD_NORMS}, got {self.lad_norm!r}")
     if self.lad_other not in LAD_OTHER:
       raise ValueError(f"agentic_opd.lad_other must be one of {LAD_OTHER}, got {self.lad_other!r}")

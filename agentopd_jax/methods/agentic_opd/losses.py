@@ -182,6 +182,10 @@ def agentic_opd_loss(scores: Scores, batch: TrainBatch, params: LossParams,
   (stop-gradient): with one on-policy update per step (the reference setting) that is π_old, without the sampler's
   numerical drift. ρ = π_θ / π_old with π_old = `batch.old_logprobs`, as in `grpo_loss`.
 
+  lad_norm: "loss_tokens" divides the top-k OPD term by every loss token of the mini-batch (the reference), so its
+  step shrinks with LAD's routed share; "routed_tokens" divides it by the routed tokens (`norm.routed`) instead
+  (token-mean aggregation and the top-k variant only: `agentic_opd_check`).
+
   lad_other: what a rollout LAD did not route gets. "none": no OPD term, and only the task term if
   task_loss_coef > 0 (which, as in the reference code, covers every rollout). "grpo": additionally plain GRPO
   (coefficient pg_loss_coef) on the non-routed rollouts, so every rollout is trained by one of the two signals.
@@ -215,6 +219,8 @@ def agentic_opd_loss(scores: Scores, batch: TrainBatch, params: LossParams,
     clamp = cfg.max_abs_log_ratio if cfg.max_abs_log_ratio > 0 else None
     per_token = topk_reverse_kl(student, teacher, mask, clamp)
     opd_loss = agg_loss(per_token * routed, mask, core.loss_agg_mode, norm)
+    if cfg.lad_norm == "routed_tokens":  # Σ d·ℓ / Σ d instead of / Σ m: the step does not shrink with the routed share
+      opd_loss = opd_loss * norm.tokens / norm.routed
     loss = cfg.loss_coef * opd_loss
     metrics["opd_loss"] = opd_loss
     metrics["opd_reverse_kl"] = token_share(per_token, mask, norm)
@@ -256,6 +262,10 @@ def agentic_opd_check(params: LossParams) -> None:
   if params.core.kl_coef != 0.0:
     raise ValueError("objective 'agentic_opd' has no KL-to-reference term (off in the reference code): "
                      "loss.kl_coef must be 0")
+  if cfg.lad_norm == "routed_tokens" and (cfg.variant != "topk_reverse_kl" or params.core.loss_agg_mode != "token-mean"):
+    raise ValueError(f"agentic_opd.lad_norm='routed_tokens' is a token mean over the routed tokens of the top-k OPD "
+                     f"term: it needs agentic_opd.variant='topk_reverse_kl' and loss.loss_agg_mode='token-mean', got "
+                     f"{cfg.variant!r} and {params.core.loss_agg_mode!r}")
   if cfg.variant == "topk_reverse_kl" and cfg.top_k < 2:
     raise ValueError(f"agentic_opd.top_k={cfg.top_k} renormalises to a point mass (the top-k reverse KL is "
                      "identically 0); use agentic_opd.top_k >= 2")
