@@ -132,7 +132,7 @@ ENTRIES = sorted(_fixture()) if os.path.exists(FIXTURE) else []
 
 def test_fixture_covers_every_preset():
   assert ENTRIES == sorted(enumerate_entries())
-  assert len([e for e in ENTRIES if e.startswith("configs/alfworld.py:")]) == 35
+  assert len([e for e in ENTRIES if e.startswith("configs/alfworld.py:")]) == 39
 
 
 @pytest.mark.parametrize("entry", ENTRIES)
@@ -182,15 +182,19 @@ def _added_sections():
           {path: t for path, t in types.items() if _section(path) in added})
 
 
+# Methods registered after the single-section layout, on a group it had: their presets did not exist there either.
+METHODS_ADDED_SINCE = ("grpo_opsd_rkl",)
+
+
 def _added_variants():
-  """The entries of the methods whose config group the single-section layout never had: their presets did not
-  exist there."""
+  """The entries of the methods whose config group the single-section layout never had, and of the methods added
+  since (`METHODS_ADDED_SINCE`): their presets did not exist there."""
   from agentopd_jax.methods import METHODS
 
   from agentopd_jax.training.presets import PAPER_MODELS
 
   added = {_section(path) for path in _added_sections()[0]}
-  methods = {name for name, m in METHODS.items() if m.group in added}
+  methods = {name for name, m in METHODS.items() if m.group in added} | set(METHODS_ADDED_SINCE)
   variants = [e.partition(":")[2] for e in ENTRIES]
   named = [next((v[:-len(m) - 1] for m in PAPER_MODELS if v.endswith("_" + m)), v) for v in variants]
   return [e for e, method in zip(ENTRIES, named) if method in methods]

@@ -4,6 +4,7 @@ methods of a run set the same signal. The loop itself runs every method in tests
 import importlib.util
 import os
 import re
+import types
 
 import pytest
 
@@ -93,7 +94,29 @@ def test_two_methods_setting_one_signal_are_refused():
 def test_a_method_without_hooks_adds_nothing():
   m = Method()
   assert m.initial_params() is None and m.teacher_params() is None and m.minibatch_size(None) is None
-  assert m.signals(None) == Signals() and m.state_dict() == {} and m.validation_metrics(None, 0) == {}
+  assert m.signals(None) == Signals() and m.state_dict() == {} and m.validation_metrics(None, {}, 0) == {}
+
+
+def test_validation_metrics_read_the_validations_outcomes_into_its_record():
+  """The loop hands each method the panel's per-problem outcomes (no extra play); what it returns joins the `val/`
+  metrics that the log and the checkpoint keep."""
+  from agentopd_jax.envs.verl_agent.metrics import EpisodeRecord
+  from agentopd_jax.storage.logs import NullLogger
+  from agentopd_jax.training.trainer import Trainer
+
+  class _Report(Method):
+    def validation_metrics(self, params, outcomes, iteration):
+      return {"val_report/success_rate": outcomes["b"][0] / outcomes["b"][1], "val_report/step": float(iteration)}
+
+  trainer = Trainer.__new__(Trainer)  # only what `validate` reads: no model, no engines
+  trainer.parts, trainer.methods, trainer.shared_start = types.SimpleNamespace(log=NullLogger()), (_Report(),), None
+  records = [EpisodeRecord("a", None, True, 1.0, 1, 1), EpisodeRecord("b", None, False, 0.0, 1, 1),
+             EpisodeRecord("b", None, True, 1.0, 1, 1)]
+  trainer.play_panel = lambda params: (records, {"a": [1, 1], "b": [1, 2]}, {"env_s": 0.5, "generate_s": 0.25})
+  val = trainer.validate(None, 3)
+  assert val["outcomes"] == {"a": (1, 1), "b": (1, 2)}
+  assert val["metrics"]["val/success_rate"] == 2 / 3
+  assert (val["metrics"]["val_report/success_rate"], val["metrics"]["val_report/step"]) == (0.5, 3.0)
 
 
 def test_every_registered_method_is_built_from_the_sections_it_names():

@@ -138,6 +138,7 @@ def test_overrides_keep_their_types():
     ("agentic_opd.scheduler", "fifo", "agentic_opd.scheduler"),
     ("agentic_opd.variant", "dense", "agentic_opd.variant"),
     ("agentic_opd.top_k", 0, "agentic_opd.top_k"),
+    ("agentic_opd.selection_panel", "first_half", "agentic_opd.selection_panel"),
     ("sdar.gate", "sigmoid", "sdar.gate"),
     ("sdar.top_k", 1, "sdar.top_k"),
     ("sdar.coef", -1.0, "sdar.coef"),

@@ -1,16 +1,22 @@
-"""Teacher pool from a hand-built checkpoint pool: solved sets, student choice, pruning, manifest, hashes, errors."""
+"""Teacher pool from a hand-built checkpoint pool: solved sets, student choice, pruning, manifest, hashes, errors, and
+the held-out split (selection on the panel's first half, success reported on the rest)."""
 import json
 import os
 import shutil
+import types
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from agentopd_jax.methods.agentic_opd.config import AgenticOpdConfig
+from agentopd_jax.methods.agentic_opd.method import AgenticOpd
 from agentopd_jax.methods.agentic_opd.pool import (
   build_teacher_pool,
   checkpoint_sha256,
   read_manifest,
+  split_panel,
   write_manifest,
 )
 from agentopd_jax.storage.checkpoints import CheckpointPool
@@ -137,3 +143,111 @@ def test_missing_outcomes_is_a_clear_error(tmp_path):
     _save(ckpts, 0, 0.5, {"a": (1, 1)})
   with pytest.raises(ValueError, match="no teachers"):
     build_teacher_pool(tmp_path / "only_student")
+
+
+# ---------------------------------------------------------------- held-out selection
+
+# The OPD run's panel in play order (not sorted): selection half d, b, h, a; report half f, c, g, e.
+PANEL = ["d", "b", "h", "a", "f", "c", "g", "e"]
+SELECTION, REPORT = frozenset("dbha"), frozenset("fcge")
+GROUPS = {"d": "pick", "f": "pick", "b": "heat", "c": "heat"}  # the rest have no group
+
+
+def _outcomes(**won):
+  """2 attempts on every panel problem, `won[q]` of them successful (0 if not named)."""
+  return {q: (won.get(q, 0), 2) for q in PANEL}
+
+
+# Recorded best: step 10 (whole panel). On the selection half: 0 -> 1/8, 5 -> 5/8 (best), 10 -> 1/8.
+HELD_OUT_RUN = {
+    0: (0.1, _outcomes(d=1)),
+    5: (0.3, _outcomes(d=2, b=2, h=1)),
+    10: (0.6, _outcomes(a=1, f=2, c=2, g=2, e=1)),
+}
+# The student's validation: selection half solved {d, a} (2 of 4 attempts), report half 3 of 5 attempts.
+STUDENT = {"d": (1, 1), "b": (0, 1), "h": (0, 1), "a": (1, 1), "f": (1, 2), "c": (0, 1), "g": (1, 1), "e": (1, 1)}
+
+
+@pytest.fixture(scope="module")
+def held_out_run(tmp_path_factory):
+  path = tmp_path_factory.mktemp("held_out_run")
+  with CheckpointPool(path / "checkpoints") as pool:
+    for step, (value, outcomes) in HELD_OUT_RUN.items():
+      _save(pool, step, value, outcomes)
+  return path
+
+
+def test_split_panel_keeps_play_order_and_rounds_the_selection_half_up():
+  assert split_panel(PANEL) == (SELECTION, REPORT)
+  assert split_panel(["z", "y", "x"]) == ({"z", "y"}, {"x"})
+  assert split_panel(["z", "z", "y"]) == ({"z"}, {"y"})  # a repeated problem is one problem, on one side
+  with pytest.raises(ValueError, match="selection_panel='held_out' needs a validation panel of at least 2"):
+    split_panel(["z"])
+
+
+def test_held_out_pool_reads_only_the_selection_half(held_out_run):
+  pool = build_teacher_pool(held_out_run, selection=SELECTION)
+  assert pool.student.step == 5  # best on the selection half; the recorded (whole-panel) best is step 10
+  assert pool.problems == SELECTION and pool.student.solved == {"d", "b", "h"}
+  assert {t.step: set(t.solved) for t in pool.teachers} == {0: {"d"}, 10: {"a"}}
+  assert all(set(t.outcomes) <= SELECTION for t in (pool.student, *pool.teachers))
+  assert build_teacher_pool(held_out_run, student_step=10, selection=SELECTION).student.solved == {"a"}
+  assert build_teacher_pool(held_out_run).student.step == 10  # no selection: the whole panel, as recorded
+  with pytest.raises(ValueError, match="no checkpoint has outcomes on the selection half"):
+    build_teacher_pool(held_out_run, selection={"z"})
+
+
+class _Log:
+  def __init__(self):
+    self.records = []
+
+  def log(self, step, metrics, phase="train"):
+    self.records.append((step, phase, dict(metrics)))
+
+
+def _method(run_dir, workdir, selection_panel):
+  """An Agentic-OPD method started on `run_dir` with a context holding only what its pool, scheduler and validation
+  hooks read; its scheduler's `select` records the solved set it is handed."""
+  method = AgenticOpd(AgenticOpdConfig(teacher_run=str(run_dir), selection_panel=selection_panel,
+                                       selection_interval=1))
+  ctx = types.SimpleNamespace(env_name="alfworld", workdir=workdir, primary=True, log=_Log(),
+                              panel_groups={q: GROUPS.get(q) for q in PANEL},
+                              abstract_params={"w": jax.ShapeDtypeStruct((4, 8), jnp.float32)})
+  method.start(ctx)
+  select, method.handed = method.scheduler.select, []
+  method.scheduler.select = lambda solved: method.handed.append(frozenset(solved)) or select(solved)
+  return method
+
+
+def test_no_reported_problem_is_seen_by_selection(held_out_run, tmp_path):
+  method = _method(held_out_run, tmp_path, "held_out")
+  try:
+    assert set(method.scheduler.problems) <= SELECTION and method.pool.student.step == 5
+    assert all(t.solved <= SELECTION for t in method.scheduler.teachers)
+    metrics = method.validation_metrics(None, STUDENT, 0)
+    method.after_validation(STUDENT, 0)
+  finally:
+    method.close()
+  assert method.handed == [{"d", "a"}]  # the student's P_t on the selection half only
+  assert metrics == {"val_select/success_rate": 2 / 4, "val_select/pick_success_rate": 1.0,
+                     "val_select/heat_success_rate": 0.0,
+                     "val_report/success_rate": 3 / 5, "val_report/pick_success_rate": 1 / 2,
+                     "val_report/heat_success_rate": 0.0}
+  (_, _, logged), = method.ctx.log.records
+  assert logged["opd/student_solved"] == 2.0
+
+
+def test_whole_selects_on_the_whole_panel_and_reports_nothing_apart(held_out_run, tmp_path):
+  method = _method(held_out_run, tmp_path, "whole")
+  try:
+    assert set(method.scheduler.problems) == set(PANEL) and method.pool.student.step == 10
+    assert method.validation_metrics(None, STUDENT, 0) == {}
+    method.after_validation(STUDENT, 0)
+  finally:
+    method.close()
+  assert method.handed == [{"d", "a", "f", "g", "e"}]
+
+
+def test_a_bad_selection_panel_is_one_error_naming_the_field():
+  with pytest.raises(ValueError, match=r"^agentic_opd.selection_panel must be one of \('held_out', 'whole'\)"):
+    AgenticOpdConfig(selection_panel="first_half")

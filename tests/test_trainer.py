@@ -268,9 +268,12 @@ def test_compare_reads_a_real_run_folder(uninterrupted, tmp_path):
 
 def _opd(workdir, games_root, teacher_run, extra=None, **popen):
   """`:agentic_opd` with the finished GRPO run as the teacher pool. LAD is off: the tiny model wins nothing here,
-  so group-rate routing would route nothing, and the test needs the distillation to move the student."""
+  so group-rate routing would route nothing, and the test needs the distillation to move the student. Selection
+  reads the whole panel, so the student is the GRPO run's recorded best (tests/test_teacher_pool.py checks the
+  held-out split)."""
   extra = {"agentic_opd__teacher_run": teacher_run, "agentic_opd__lad": "off", "agentic_opd__selection_interval": 1,
-           "loss__kl_coef": 0.0, "agentic_opd__top_k": 8, "grpo__mini_batch_size": 8, **(extra or {})}
+           "agentic_opd__selection_panel": "whole", "loss__kl_coef": 0.0, "agentic_opd__top_k": 8,
+           "grpo__mini_batch_size": 8, **(extra or {})}
   return _train(workdir, games_root, ":agentic_opd", extra, **popen)
 
 

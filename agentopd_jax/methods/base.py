@@ -29,8 +29,10 @@ class MethodContext:
 
   `play_panel(params, context_of=None)` plays the validation panel (this process's share, records gathered) and
   returns (episode records, per-problem outcomes, stats); `context_of(tasks, first_episode)` gives the prompt
-  context of the panel's episodes (Skill-GRPO validates with skills too). `scoring` holds the keyword arguments every
-  batch-time scorer takes: the rollout temperature, the packing width, the rows per call and this process's mesh.
+  context of the panel's episodes (Skill-GRPO validates with skills too); `panel_groups` maps the panel's problem
+  ids, in the order it is played, to their task groups (`EnvSpec.group_of`; None: none). `scoring` holds the keyword
+  arguments every batch-time scorer takes: the rollout temperature, the packing width, the rows per call and this
+  process's mesh.
   """
   model: Any
   tokenizer: Any
@@ -49,6 +51,7 @@ class MethodContext:
   scoring: Mapping[str, Any]  # temperature, pack_width, rows_per_call, mesh
   loss: Any                   # the run's `objectives.registry.LossParams` (objective, loss core, method group)
   play_panel: Callable[..., tuple]
+  panel_groups: Mapping[str, Optional[str]]
   validation_stream: int      # the int key of the panel's draws (skill retrieval at validation)
   log: Any                    # the run's metrics logger (a method logs its own phases, e.g. "opd")
   workdir: Path
@@ -137,8 +140,9 @@ class Method:
     """Params the train step scores as the teacher (None: no teacher forward in the step)."""
     return None
 
-  def validation_metrics(self, params, iteration: int) -> Metrics:
-    """Extra metrics of a validation, logged with `val/...`."""
+  def validation_metrics(self, params, outcomes: Mapping[str, Any], iteration: int) -> Metrics:
+    """Extra metrics of a validation, from the policy's params (to play the panel again) or the panel's per-problem
+    outcomes (no extra play); logged with `val/...` and kept in the checkpoint's metrics."""
     return {}
 
   def after_validation(self, outcomes: Mapping[str, Any], iteration: int) -> None:

@@ -52,8 +52,9 @@ class SkillGrpo(Method):
     self.skills.update({e: (names, won[e]) for e, names in it.prompt_state.items()}, it.first_episode)
     return Signals(metrics={f"skills/hits/{name}": n for name, n in self.skills.take_hits().items()})
 
-  def validation_metrics(self, params, iteration: int) -> Dict[str, float]:
+  def validation_metrics(self, params, outcomes, iteration: int) -> Dict[str, float]:
     """The panel played again with the skills in the student's prompt."""
+    del outcomes
     def context_of(tasks, first_episode):
       return self.skills.prompt_context(tasks, self.ctx.validation_stream, first_episode=first_episode)[0]
     records, _, _ = self.ctx.play_panel(params, context_of)

@@ -70,7 +70,8 @@ class Trainer:
         scoring={"temperature": s.temperature, "pack_width": self.cfg.pack_width,
                  "rows_per_call": self.cfg.grpo.micro_batch_size, "mesh": parts.local_mesh},
         loss=parts.loss,
-        play_panel=self.play_panel, validation_stream=VALIDATION_STREAM, log=parts.log, workdir=parts.workdir,
+        play_panel=self.play_panel, panel_groups={str(task): parts.group_of(task) for task in parts.panel},
+        validation_stream=VALIDATION_STREAM, log=parts.log, workdir=parts.workdir,
         primary=parts.primary)
     for m in self.methods:
       m.start(self.ctx)
@@ -112,7 +113,7 @@ class Trainer:
     metrics = {f"val/{k}": v for k, v in played["metrics"].items()}
     metrics["val/time_s"] = played["stats"]["env_s"] + played["stats"]["generate_s"]
     for m in self.methods:
-      metrics.update(m.validation_metrics(params, iteration))
+      metrics.update(m.validation_metrics(params, outcomes, iteration))
     self.parts.log.log(iteration, metrics, phase="val")
     return dict(metrics=metrics, outcomes=outcomes)
 

@@ -13,6 +13,7 @@ LAD_CHOICES = ("group_rates", "off")
 OPD_VARIANTS = ("topk_reverse_kl", "sampled_token")
 LAD_OTHER = ("none", "grpo")
 LAD_NORMS = ("loss_tokens", "routed_tokens")
+SELECTION_PANELS = ("held_out", "whole")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,6 +24,8 @@ class AgenticOpdConfig:
   selection_interval: int = 4          # iterations between teacher re-selections (a multiple of validation.every)
   solved_rule: str = "any"             # a problem is solved by a checkpoint if any attempt won ("majority": most)
   prune_dominated: bool = False        # drop teachers whose solved set another teacher's contains
+  selection_panel: str = "held_out"    # "held_out": the student, the solved sets and the scheduler read the panel's
+                                       # first half, `val_report/` reports the rest; "whole": all of it for both
   lad: str = "group_rates"             # LAD routing: "group_rates" (teacher rollouts on the same tasks) or "off"
   whole_batch_update: bool = False     # one optimizer step over the whole batch per iteration, as the authors'
                                        # trainer; False: grpo.mini_batch_size mini-batches, as every method takes
@@ -43,6 +46,8 @@ class AgenticOpdConfig:
       raise ValueError(f"agentic_opd.lad must be one of {LAD_CHOICES}, got {self.lad!r}")
     if self.solved_rule not in SOLVED_RULES:
       raise ValueError(f"agentic_opd.solved_rule must be one of {SOLVED_RULES}, got {self.solved_rule!r}")
+    if self.selection_panel not in SELECTION_PANELS:
+      raise ValueError(f"agentic_opd.selection_panel must be one of {SELECTION_PANELS}, got {self.selection_panel!r}")
     if self.selection_interval < 1:
       raise ValueError(f"agentic_opd.selection_interval must be >= 1, got {self.selection_interval}")
     for name in ("loss_coef", "task_loss_coef", "max_abs_log_ratio"):

@@ -14,6 +14,12 @@
   every   after a student validation, every `agentic_opd.selection_interval` iterations, re-select the teacher
   N       with the student's outcomes P_t and hot-swap it.
 
+Held-out selection (`agentic_opd.selection_panel="held_out"`, the default): the validation panel splits into a
+selection half (its first ceil(n/2) problems, `pool.split_panel`) and a report half. The student's choice, the
+teachers' solved sets, the scheduler's universe and the student's P_t see only the selection half, and every
+validation logs `val_select/` and `val_report/` success from its per-problem outcomes, so `val_report/` measures the
+student on problems no choice has seen. "whole" selects on the whole panel and logs neither.
+
 Why LAD compares group success rates rather than the solved sets Q_i − P_t: those sets are over the validation
 panel, and the student trains on training tasks, which no checkpoint's record covers. The teacher's own rollouts
 on the same tasks are the finer estimate methods.md §2.1 names, at the price of a second rollout per iteration.
@@ -29,7 +35,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any, Dict, Mapping, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -39,7 +45,7 @@ from agentopd_jax.batching.collate import round_up
 from agentopd_jax.eval.coverage import solved_set
 from agentopd_jax.methods.agentic_opd.hcn import Teacher, make_scheduler, save_state
 from agentopd_jax.methods.agentic_opd.losses import lad_mask, problem_success_rates
-from agentopd_jax.methods.agentic_opd.pool import build_teacher_pool
+from agentopd_jax.methods.agentic_opd.pool import build_teacher_pool, restricted, split_panel, success_rate
 from agentopd_jax.methods.agentic_opd.resident import ResidentTeacher
 from agentopd_jax.methods.base import Iteration, Method, MethodContext, Signals
 from agentopd_jax.parallel import distributed
@@ -64,6 +70,7 @@ class AgenticOpd(Method):
     self.cfg = cfg
     self.teacher = None
     self.switches = 0
+    self.selection = self.report = None  # the panel's halves with `selection_panel="held_out"`
 
   @staticmethod
   def preset(c, paper: bool):
@@ -87,8 +94,10 @@ class AgenticOpd(Method):
                        f"{o.teacher_run}/checkpoints); run `python experiments/train.py "
                        f"--config=configs/{ctx.env_name}.py` first or point it at one")
     self.ctx = ctx
+    if o.selection_panel == "held_out":
+      self.selection, self.report = split_panel(list(ctx.panel_groups))
     self.pool = build_teacher_pool(o.teacher_run, o.student_step, o.prune_dominated, o.solved_rule,
-                                   evaluate=self.evaluate_checkpoint)
+                                   evaluate=self.evaluate_checkpoint, selection=self.selection)
     if not self.pool.teachers:
       raise ValueError(f"agentic_opd.teacher_run: {o.teacher_run} has no checkpoint besides the student; nothing "
                        "to distil")
@@ -160,12 +169,20 @@ class AgenticOpd(Method):
   def teacher_params(self):
     return self.teacher.params
 
+  def validation_metrics(self, params, outcomes, iteration: int) -> Dict[str, float]:
+    """With a held-out split: the validation's success on each half (`val_select/`, `val_report/`, overall and per
+    task group), from its per-problem outcomes; `val_report/` is the success no selection has seen."""
+    if self.selection is None:
+      return {}
+    return {**half_metrics(outcomes, self.selection, self.ctx.panel_groups, "val_select/"),
+            **half_metrics(outcomes, self.report, self.ctx.panel_groups, "val_report/")}
+
   def after_validation(self, outcomes, iteration: int) -> None:
     """Every `agentic_opd.selection_interval` iterations (step 0 included): re-select with the student's latest
-    outcomes and swap the resident teacher if it changed."""
+    outcomes (on the selection half only, with a held-out split) and swap the resident teacher if it changed."""
     if iteration % self.cfg.selection_interval:
       return
-    solved = solved_set(outcomes, self.cfg.solved_rule)
+    solved = solved_set(restricted(outcomes, self.selection), self.cfg.solved_rule)
     pick = self.scheduler.select(solved)
     step = self.pool.teachers[pick.index].step
     if self.teacher.step is not None and self.teacher.step != step:
@@ -190,3 +207,16 @@ class AgenticOpd(Method):
   def close(self) -> None:
     if self.teacher is not None:
       self.teacher.close()
+
+
+def half_metrics(outcomes: Mapping[str, Tuple[int, int]], half: frozenset, groups: Mapping[str, Optional[str]],
+                 prefix: str) -> Dict[str, float]:
+  """`<prefix>success_rate` and `<prefix><group>_success_rate` over the problems of `half` (`groups`: problem id ->
+  its task group or None), under `val/`'s key names; a key without attempts is left out, as `val/` leaves it."""
+  mine = restricted(outcomes, half)
+  parts = {"success_rate": mine}
+  for q, o in mine.items():
+    if groups.get(q):
+      parts.setdefault(f"{groups[q]}_success_rate", {})[q] = o
+  rates = {k: success_rate(v) for k, v in parts.items()}
+  return {prefix + k: r for k, r in rates.items() if r is not None}

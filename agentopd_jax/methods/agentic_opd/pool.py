@@ -7,6 +7,10 @@ each with its solved set Q_i on the run's fixed validation panel. Both come from
 greedy n=1); "majority" when more than half did (for runs validated with several sampled attempts). A checkpoint
 saved without outcomes gets them from the caller's `evaluate(step)` (the OPD trainer plays it on the panel).
 
+Held-out selection (`split_panel`, `agentic_opd.selection_panel="held_out"`): the student's choice, the solved sets
+and the scheduler's universe read only the first half of the validation panel, so the success reported on the second
+half (`val_report/`) is measured on problems no choice has seen; with `selection=None` they read the whole panel.
+
 Optional startup pruning (the authors' older version): drop teacher i when Q_i ⊆ Q_j for some j ≠ i; of equal sets
 the lowest step stays. The newest authors' code keeps every teacher eligible, hence off by default.
 
@@ -19,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 from agentopd_jax.eval.coverage import SOLVED_RULES, solved_set
 from agentopd_jax.storage.atomic import atomic_write_json
@@ -86,27 +90,67 @@ def checkpoint_outcomes(pool: CheckpointPool, step: int,
   return outcomes
 
 
-def _entry(pool: CheckpointPool, step: int, rule: str, evaluate: Evaluate | None) -> TeacherEntry:
-  outcomes = checkpoint_outcomes(pool, step, evaluate)
+def split_panel(panel: Sequence[str]) -> tuple[frozenset[str], frozenset[str]]:
+  """(selection half, report half) of the validation panel's problem ids in play order: the first ceil(n/2)
+  distinct problems and the rest. Choosing on one half and reporting the other keeps the choice from inflating the
+  reported success; a teacher run validated on half as many problems selects on exactly its own panel."""
+  ids = list(dict.fromkeys(panel))
+  if len(ids) < 2:
+    raise ValueError(f"agentic_opd.selection_panel='held_out' needs a validation panel of at least 2 problems "
+                     f"(validation.num_tasks), got {len(ids)}")
+  cut = -(-len(ids) // 2)
+  return frozenset(ids[:cut]), frozenset(ids[cut:])
+
+
+def restricted(outcomes: Mapping[str, tuple[int, int]],
+               problems: Collection[str] | None) -> Mapping[str, tuple[int, int]]:
+  """The outcomes of `problems` only (None: `outcomes` itself)."""
+  return outcomes if problems is None else {q: o for q, o in outcomes.items() if q in problems}
+
+
+def success_rate(outcomes: Mapping[str, tuple[int, int]]) -> float | None:
+  """Successes over attempts, every attempt weighing the same (as `val/success_rate`); None without attempts."""
+  attempts = sum(a for _, a in outcomes.values())
+  return sum(s for s, _ in outcomes.values()) / attempts if attempts else None
+
+
+def best_step(entries: Iterable[TeacherEntry]) -> int:
+  """The step of the highest success over the entries' (restricted) outcomes; ties go to the newer step, as
+  `CheckpointPool.best_step` breaks them on the recorded `val/success_rate`."""
+  rates = {e.step: success_rate(e.outcomes) for e in entries}
+  return max((s for s, r in rates.items() if r is not None), key=lambda s: (rates[s], s))
+
+
+def _entry(pool: CheckpointPool, step: int, rule: str, evaluate: Evaluate | None,
+           selection: Collection[str] | None) -> TeacherEntry:
+  outcomes = restricted(checkpoint_outcomes(pool, step, evaluate), selection)
   path = os.path.join(pool.directory, str(step))
   return TeacherEntry(name=f"step_{step}", path=path, step=step, sha256=checkpoint_sha256(path),
                       solved=solved_set(outcomes, rule), outcomes=outcomes)
 
 
 def build_teacher_pool(run_dir: str | os.PathLike, student_step: int | str = "best", prune_dominated: bool = False,
-                       solved_rule: str = "any", evaluate: Evaluate | None = None) -> TeacherPool:
+                       solved_rule: str = "any", evaluate: Evaluate | None = None,
+                       selection: Collection[str] | None = None) -> TeacherPool:
   """The teacher pool of the GRPO run in `run_dir` (its checkpoints live in `run_dir/checkpoints`).
 
   student_step: "best" (the pool's best-validation step) or a checkpoint step; every other checkpoint is a teacher.
   prune_dominated: drop teachers whose solved set another teacher's contains (`hcn.prune_dominated`).
   solved_rule: one of `eval.coverage.SOLVED_RULES`. Hashes every checkpoint (reads them once in full).
   evaluate: step -> outcomes, for checkpoints saved without validation outcomes (else they are an error).
+  selection: the problems the pool may read (`split_panel`'s selection half; None: all). Every entry's outcomes and
+  solved set are restricted to them, and "best" is the best success on them (`best_step`).
   """
   if solved_rule not in SOLVED_RULES:
     raise ValueError(f"solved_rule must be one of {SOLVED_RULES}, got {solved_rule!r}")
+  on_selection = selection is not None and student_step == "best"
   with CheckpointPool(os.path.join(os.fspath(run_dir), "checkpoints"), read_only=True) as pool:
-    student = pool.resolve_step(student_step, "student_step")
-    entries = [_entry(pool, s, solved_rule, evaluate) for s in pool.steps()]
+    resolved = None if on_selection else pool.resolve_step(student_step, "student_step")
+    entries = [_entry(pool, s, solved_rule, evaluate, selection) for s in pool.steps()]
+  if selection is not None and not any(e.outcomes for e in entries):
+    raise ValueError(f"run {run_dir}: no checkpoint has outcomes on the selection half of the validation panel "
+                     f"(agentic_opd.selection_panel='held_out'; its first {len(selection)} problems)")
+  student = best_step(entries) if on_selection else resolved
   teachers = [e for e in entries if e.step != student]
   if not teachers:
     raise ValueError(f"run {run_dir} has no checkpoint other than the student's (step {student}): no teachers")
