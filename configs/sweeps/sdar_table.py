@@ -8,7 +8,8 @@ experiments/sdar_table.sh makes it), with λ = 1 for every self-distillation ter
 """
 import ml_collections
 
-METHODS = ("grpo", "opsd", "skill_grpo", "grpo_opsd", "grpo_opsd_rkl", "skill_sd", "rlsd", "sdar")
+# In order of what the table needs first: GRPO (the baseline), SDAR, the naive baselines, then the rest.
+METHODS = ("grpo", "sdar", "grpo_opsd_rkl", "grpo_opsd", "rlsd", "skill_sd", "opsd", "skill_grpo")
 
 
 def get_config():
