@@ -37,13 +37,18 @@ def _save(pool, step, value, outcomes):
             outcomes=outcomes, config={"model": "test"})
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-  path = tmp_path_factory.mktemp("grpo_run")
+def _write_run(tmp_path_factory, name, run):
+  """A fake GRPO run's checkpoint pool: {step: (val/success_rate, outcomes)}."""
+  path = tmp_path_factory.mktemp(name)
   with CheckpointPool(path / "checkpoints") as pool:
-    for step, (value, outcomes) in RUN.items():
+    for step, (value, outcomes) in run.items():
       _save(pool, step, value, outcomes)
   return path
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+  return _write_run(tmp_path_factory, "grpo_run", RUN)
 
 
 def _solved(pool):
@@ -170,11 +175,7 @@ STUDENT = {"d": (1, 1), "b": (0, 1), "h": (0, 1), "a": (1, 1), "f": (1, 2), "c":
 
 @pytest.fixture(scope="module")
 def held_out_run(tmp_path_factory):
-  path = tmp_path_factory.mktemp("held_out_run")
-  with CheckpointPool(path / "checkpoints") as pool:
-    for step, (value, outcomes) in HELD_OUT_RUN.items():
-      _save(pool, step, value, outcomes)
-  return path
+  return _write_run(tmp_path_factory, "held_out_run", HELD_OUT_RUN)
 
 
 def test_split_panel_keeps_play_order_and_rounds_the_selection_half_up():
