@@ -4,22 +4,23 @@
 #   bash experiments/forgetting_alfworld.sh
 #   ATTEMPTS=8 bash experiments/forgetting_alfworld.sh
 #
-# 1. SDAR's warm start (the CPU default's SFT, runs/sdar_exp/grpo_s0 step 0; made here when missing).
+# 1. The shared skill-reading warm start of SDAR's table (runs/sdar_table/warm_start; experiments/sdar_table.sh makes
+#    it, and here it is made when missing).
 # 2. The pool: configs/alfworld.py:forgetting from that warm start, 8 iterations of look_at_obj_in_light, then 12
 #    of pick_and_place at lr 3e-4, a validated checkpoint every 2.
 # 3. Skill, not luck: the end of phase A (step 8) and the last checkpoint re-evaluated with $ATTEMPTS attempts per
 #    problem, compared problem by problem (experiments/forgetting.py); the pool's coverage (experiments/coverage.py).
-# 4. Agentic-OPD on that pool against continued GRPO, 3 seeds (configs/sweeps/forgetting_opd.py), and the tables:
+# 4. Agentic-OPD on that pool against continued GRPO, 5 seeds (configs/sweeps/forgetting_opd.py), and the tables:
 #    final per-type success, and each method's per-type change from the student.
 set -euo pipefail
 ATTEMPTS=${ATTEMPTS:-16}
 CONFIG=configs/alfworld.py
-WARM=runs/sdar_exp/grpo_s0
+WARM=runs/sdar_table/warm_start
 POOL=runs/forgetting/look_then_pick_lr3e-4_s0   # configs/sweeps/forgetting_opd.py's POOL
 
 . experiments/runs.sh
 
-train "" "$WARM" --config.seed=0
+train "" "$WARM" --config.grpo.iterations=0
 train ":forgetting" "$POOL" --config.seed=0 --config.warm_start_run="$WARM"
 for step in 8 latest; do
   if [ ! -f "$POOL/eval_$step/eval.json" ]; then
