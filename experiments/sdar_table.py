@@ -15,7 +15,7 @@ ablations against the main table's SDAR). `--horizon`: success, first-turn KL, g
 the iterations. `--doc` rewrites the table's generated block of that page (`markers`). A row with no record says so.
 """
 import argparse
-import json
+import contextlib
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -23,6 +23,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from agentopd_jax.eval.records import Table, last_validation, load_table, paired_rows, seed_mean, work
+from agentopd_jax.training import sweep as sweeps
 
 # (row label, row key): the trained rows by their sweep method name ("+skills": validated with its skills).
 ROWS = (("Vanilla (warm start)", "vanilla"), ("Skill-Prompt (warm start, skills in context)", "skill_prompt"),
@@ -32,6 +33,27 @@ ROWS = (("Vanilla (warm start)", "vanilla"), ("Skill-Prompt (warm start, skills 
 LABELS = {key.split("+")[0]: label.split(",")[0] for label, key in ROWS}
 BASELINE = "default"
 TEMPERATURES = ("1.0", "0.4")
+REPO = Path(__file__).resolve().parents[1]
+WARM_ROWS = ("vanilla", "skill_prompt")
+
+
+def planned(folder: Path) -> Dict[str, List[int]]:
+  """{method: seeds} of the runs the table's sweep (configs/sweeps/<records folder name>.py) plans, in its order;
+  {} when there is no such sweep. A planned run without a record is a missing cell, named as such."""
+  path = REPO / "configs" / "sweeps" / f"{folder.name}.py"
+  if not path.exists():
+    return {}
+  with contextlib.chdir(REPO):
+    points = sweeps.expand(sweeps.load_sweep(str(path.relative_to(REPO))))
+  out: Dict[str, List[int]] = {}
+  for p in points:
+    out.setdefault(p.name.rsplit("-s", 1)[0], []).append(p.seed)
+  return out
+
+
+def _seeds(values: Dict[str, float], plan: Optional[List[int]]) -> str:
+  got = ",".join(sorted(values, key=int)) or "–"
+  return f"{got} of {len(plan)}" if plan else got
 
 
 def command(folder: Path, against: str = "", horizon: bool = False) -> str:
@@ -61,8 +83,14 @@ def endpoint(t: Table, row: str, temperature: str) -> Dict[int, float]:
   return out
 
 
-def main_table(t: Table) -> Dict[str, List[dict]]:
-  return {temp: paired_rows([(label, None if row == BASELINE else row, endpoint(t, row, temp)) for label, row in ROWS],
+def main_rows(plan: Dict[str, List[int]]):
+  """The rows of the paper's table this table's sweep runs (every row without a sweep)."""
+  return [(label, row) for label, row in ROWS if not plan or row in WARM_ROWS or row.split("+")[0] in plan]
+
+
+def main_table(t: Table, plan: Dict[str, List[int]]) -> Dict[str, List[dict]]:
+  rows = main_rows(plan)
+  return {temp: paired_rows([(label, None if row == BASELINE else row, endpoint(t, row, temp)) for label, row in rows],
                             endpoint(t, BASELINE, temp))
           for temp in TEMPERATURES}
 
@@ -90,14 +118,15 @@ def _work_cells(w: Dict[str, Dict[str, float]], method: Optional[str]) -> str:
   return f"{w[method]['updates']:.2f} | {w[method]['samples']:.0f}" if method in w else "– | –"
 
 
-def main_markdown(rows: Dict[str, List[dict]], w: Dict[str, Dict[str, float]]) -> str:
+def main_markdown(rows: Dict[str, List[dict]], w: Dict[str, Dict[str, float]], plan: Dict[str, List[int]]) -> str:
+  every_seed = sorted({s for seeds in plan.values() for s in seeds})
   lines = ["| method | seeds | success, T = 1.0 (%) | − GRPO, paired [95 % CI] | Holm p | success, T = 0.4 (%) "
            "| − GRPO, paired [95 % CI] | Holm p | optimizer steps / iteration | step samples / iteration |",
            "|---|---|---|---|---|---|---|---|---|---|"]
-  for (hot, cold), (_, key) in zip(zip(rows["1.0"], rows["0.4"]), ROWS):
-    seeds = sorted(set(hot["values"]) | set(cold["values"]), key=int)
-    trained = key.split("+")[0] if key not in ("vanilla", "skill_prompt") else None
-    lines.append(f"| {hot['label']} | {','.join(seeds) if seeds else '–'} | {_cell(hot['values'])} | {_diff(hot)} "
+  for (hot, cold), (_, key) in zip(zip(rows["1.0"], rows["0.4"]), main_rows(plan)):
+    trained = key.split("+")[0] if key not in WARM_ROWS else None
+    seeds = _seeds({**hot["values"], **cold["values"]}, plan.get(trained) if trained else every_seed)
+    lines.append(f"| {hot['label']} | {seeds} | {_cell(hot['values'])} | {_diff(hot)} "
                  f"| {_p(hot)} | {_cell(cold['values'])} | {_diff(cold)} | {_p(cold)} | {_work_cells(w, trained)} |")
   return "\n".join(lines)
 
@@ -130,20 +159,23 @@ def drift_line(w: Dict[str, Dict[str, float]]) -> str:
           f"update), the methods' means over their recorded iterations: {min(drift):.1e} to {max(drift):.1e} nats.")
 
 
-def against_rows(t: Table, reference: Table, method: str) -> List[dict]:
-  """Every method of `t` against `method` of `reference` at T = 1.0, paired by seed (the reference row first)."""
+def against_rows(t: Table, reference: Table, method: str, plan: Dict[str, List[int]]) -> List[dict]:
+  """Every planned or recorded method of `t` against `method` of `reference` at T = 1.0, paired by seed (the
+  reference row first)."""
   base = {s: last_validation(r) for s, r in reference.runs.get(method, {}).items()}
   rows = [(f"{LABELS.get(method, method)} (main table)", None, base)]
-  rows += [(name, name, {s: last_validation(r) for s, r in runs.items()}) for name, runs in sorted(t.runs.items())]
+  names = list(plan) + sorted(set(t.runs) - set(plan))
+  rows += [(name, name, {s: last_validation(r) for s, r in t.runs.get(name, {}).items()}) for name in names]
   return paired_rows(rows, base)
 
 
-def against_markdown(rows: List[dict], w: Dict[str, Dict[str, float]], method: str) -> str:
+def against_markdown(rows: List[dict], w: Dict[str, Dict[str, float]], method: str,
+                     plan: Dict[str, List[int]]) -> str:
   ref = LABELS.get(method, method)
   lines = [f"| arm | seeds | success, T = 1.0 (%) | − {ref}, paired [95 % CI] | Holm p | optimizer steps / iteration "
            "| step samples / iteration |", "|---|---|---|---|---|---|---|"]
   for r in rows:
-    seeds = ",".join(sorted(r["values"], key=int)) or "–"
+    seeds = _seeds(r["values"], plan.get(r["row"]))
     lines.append(f"| {r['label']} | {seeds} | {_cell(r['values'])} | {_diff(r)} | {_p(r)} "
                  f"| {_work_cells(w, r['row'])} |")
   return "\n".join(lines)
@@ -158,8 +190,12 @@ def _val_mean(runs) -> Dict[int, float]:
   return {s: float(np.mean([r.val[s] for r in runs.values()])) for s in steps}
 
 
-def horizon_markdown(t: Table) -> str:
-  """Per method (seed means), each quantity at every fourth iteration."""
+def horizon_markdown(t: Table, plan: Dict[str, List[int]]) -> str:
+  """Per method (seed means), each quantity at every validated iteration; the planned runs without a record below."""
+  missing = [f"{LABELS.get(m, m)} seed {s}" for m, seeds in plan.items() for s in seeds if s not in t.runs.get(m, {})]
+  note = f"\n\nNot run yet: {', '.join(missing)}." if missing else ""
+  if not t.runs:
+    return f"No run recorded yet.{note}"
   steps = sorted({s for runs in t.runs.values() for s in _val_mean(runs)})
   lines = ["| method | quantity | " + " | ".join(f"it. {s}" for s in steps) + " |",
            "|---|---|" + "---|" * len(steps)]
@@ -169,19 +205,19 @@ def horizon_markdown(t: Table) -> str:
       if series:
         cells = [(f"{series[s]:.1f}" if key is None else f"{series[s]:.3f}") if s in series else "–" for s in steps]
         lines.append(f"| {LABELS.get(method, method)} | {name} | " + " | ".join(cells) + " |")
-  return "\n".join(lines)
+  return "\n".join(lines) + note
 
 
 def report(folder: Path, against: str = "", horizon: bool = False) -> str:
   """The generated block of a table in docs/results.md."""
-  t = load_table(folder)
+  t, plan = load_table(folder), planned(folder)
   w = work(t)
   if horizon:
-    return horizon_markdown(t)
+    return horizon_markdown(t, plan)
   if against:
     ref_folder, method = against.rsplit(":", 1)
-    return against_markdown(against_rows(t, load_table(Path(ref_folder)), method), w, method)
-  return f"{main_markdown(main_table(t), w)}\n\n{drift_line(w)}\n\n{signals_markdown(t)}"
+    return against_markdown(against_rows(t, load_table(Path(ref_folder)), method, plan), w, method, plan)
+  return f"{main_markdown(main_table(t, plan), w, plan)}\n\n{drift_line(w)}\n\n{signals_markdown(t)}"
 
 
 def update_doc(path: Path, block: str, folder: Path, against: str = "", horizon: bool = False) -> None:
@@ -236,9 +272,9 @@ def plot(folder: Path, path: str, against: str = "", horizon: bool = False) -> N
     ax.legend(fontsize=7)
     if against:
       ref_folder, method = against.rsplit(":", 1)
-      _forest(fx, against_rows(t, load_table(Path(ref_folder)), method), LABELS.get(method, method))
+      _forest(fx, against_rows(t, load_table(Path(ref_folder)), method, planned(folder)), LABELS.get(method, method))
     else:
-      _forest(fx, main_table(t)["1.0"], "GRPO")
+      _forest(fx, main_table(t, planned(folder))["1.0"], "GRPO")
   fig.tight_layout()
   fig.savefig(path, dpi=120)
 

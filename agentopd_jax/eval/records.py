@@ -56,8 +56,10 @@ def load_record(folder: Path) -> Record:
 
 
 def load_table(folder: Path) -> Table:
-  """Every finished run's record in `folder` and the warm start's evaluations."""
+  """Every finished run's record in `folder` and the warm start's evaluations (none where `folder` is missing)."""
   runs: Dict[str, Dict[int, Record]] = {}
+  if not Path(folder).is_dir():
+    return Table(runs, {})
   for record in sorted(Path(folder).iterdir()):
     m = re.fullmatch(r"([\w.=+]+)-s(\d+)", record.name)
     if m and (record / "summary.json").exists():
