@@ -58,7 +58,7 @@ def test_an_unknown_expert_names_the_field_and_the_env():
   experts = r"\('explorer', 'planner', 'skilled_explorer'\)"
   with pytest.raises(ValueError, match=rf"sft.expert must be one of {experts} for env 'alfworld'"):
     registry.get("alfworld").expert_policy(None, "oracle")
-  with pytest.raises(ValueError, match=r"sft.expert must be one of \('oracle',\) for env 'search'"):
+  with pytest.raises(ValueError, match=r"sft.expert must be one of \('oracle', 'question_searcher'\) for env 'search'"):
     registry.get("search").expert_policy(None, "explorer")
 
 
