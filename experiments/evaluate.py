@@ -5,6 +5,7 @@
   python experiments/evaluate.py --config=configs/alfworld.py --hf_path=/models/Qwen2.5-3B-Instruct
   python experiments/evaluate.py --config=configs/webshop.py --step=0 --traces   # + every episode's replies
   python experiments/evaluate.py --config=configs/alfworld.py --step=0 --skill_prompt=raw   # skills in context
+  python experiments/evaluate.py --config=configs/alfworld.py --step=0 --opid_hindsight   # reads OPID's skills?
 
 Reports success overall and per group (the env's report columns: ALFWorld's task types, search-QA's data sources),
 mean reward, valid-action ratio, episode length and pass@k (k <= the attempts per problem), using the config's
@@ -12,7 +13,9 @@ validation sampling (temperature) on its fixed panel. `--traces` also writes `tr
 outcome, env infos and each step's reply. `--skill_prompt` is the
 Skill-Prompt evaluation: every prompt carries the skills retrieved from the env's bank (`skills.bank_dir`,
 `skills.retrieval`), "raw" before the chat template as SDAR's privileged teacher reads them, "user" inside the user
-message as Skill-GRPO's student does.
+message as Skill-GRPO's student does. `--opid_hindsight` plays the panel again with the oracle analyzer's episode
+skill of each first play spliced in as OPID injects it, and reports the paired difference
+(`agentopd_jax/methods/opid/retry.py`; the report's `opid_hindsight` entry, the first play being the plain one).
 """
 import json
 import os
@@ -25,6 +28,8 @@ from agentopd_jax.eval.report import evaluation_summary, write_report
 from agentopd_jax.eval.validate import validate
 from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.envs import registry
+from agentopd_jax.methods.opid.oracle import OracleAnalyzer
+from agentopd_jax.methods.opid.retry import hindsight_skills, retry_context, retry_summary
 from agentopd_jax.skills.context import SkillContext
 from agentopd_jax.storage.logs import configure_cli_logging
 from agentopd_jax.training.assembly import (
@@ -45,6 +50,8 @@ _KS = flags.DEFINE_list("ks", ["1"], "pass@k values to report")
 _OUT = flags.DEFINE_string("out", "", "report folder (default: <workdir>/eval)")
 _SKILL_PROMPT = flags.DEFINE_enum("skill_prompt", "", ["", "raw", "user"],
                                   "put retrieved skills in every prompt: 'raw' (SDAR's teacher) or 'user' (Skill-GRPO)")
+_OPID = flags.DEFINE_bool("opid_hindsight", False,
+                          "replay the panel with the oracle's OPID episode skill of each first play in its prompts")
 _TRACES = flags.DEFINE_bool("traces", False, "also write traces.jsonl (each episode's replies) to the report folder")
 
 
@@ -59,6 +66,17 @@ def _params(c, mesh):
   return config, params, tokenizer, f"{c.workdir} step {step}"
 
 
+def opid_retry(c, engine, params, panel, attempts, first, validation_sampling):
+  """The hindsight retry's summary (`methods.opid.retry`): the panel replayed with the same random numbers."""
+  tasks = [p for p in panel for _ in range(attempts)]
+  analyzer = OracleAnalyzer(c.env.name, c.env, c.opid.max_step_skills)
+  skills = hindsight_skills(first, tasks, analyzer, engine.text_env_factory().project)
+  second = []
+  validate(engine, params, panel, attempts, validation_key(c), validation_sampling, second,
+           context=retry_context(skills), group_of=registry.get(c.env.name).group_of)
+  return retry_summary(first, second, skills)
+
+
 def main(argv):
   del argv
   configure_cli_logging()
@@ -70,7 +88,9 @@ def main(argv):
   _, valid_games = spec.tasks(c.env)
   panel = valid_games[:c.validation.num_tasks]
   engine = rollout_engine(c, config, tokenizer, mesh, len(panel) * attempts)
-  traces = [] if _TRACES.value else None
+  if _OPID.value and _SKILL_PROMPT.value:
+    sys.exit("--opid_hindsight and --skill_prompt are two evaluations: pass one of them")
+  traces = [] if _TRACES.value or _OPID.value else None
   context = None
   if _SKILL_PROMPT.value:
     skills = SkillContext(c.env.name, c.skills.bank_dir, c.skills.retrieval, c.seed, c.skills.ucb_c)
@@ -78,16 +98,21 @@ def main(argv):
                                        placement=_SKILL_PROMPT.value)
     label += f" with skills ({_SKILL_PROMPT.value}, {c.skills.retrieval})"
   try:
-    records, outcomes, _ = validate(engine, params, panel, attempts, validation_key(c), sampling(from_config_dict(c)).validation,
+    validation_sampling = sampling(from_config_dict(c)).validation
+    records, outcomes, _ = validate(engine, params, panel, attempts, validation_key(c), validation_sampling,
                                     traces, context=context, group_of=spec.group_of)
+    if _OPID.value:
+      retry = opid_retry(c, engine, params, panel, attempts, traces, validation_sampling)
   finally:
     engine.env.close()
   ks = [int(k) for k in _KS.value if int(k) <= attempts]
   summary = evaluation_summary(records, spec.report.columns, outcomes, ks=ks)
   summary["evaluated"] = label
+  if _OPID.value:
+    summary["opid_hindsight"] = retry
   out = _OUT.value or os.path.join(c.workdir, "eval")
   json_path, md_path = write_report(summary, out, title=f"{c.env.name} evaluation: {label}")
-  if traces is not None:
+  if _TRACES.value:
     with open(os.path.join(out, "traces.jsonl"), "w") as f:
       f.writelines(json.dumps(t) + "\n" for t in traces)
   print(json.dumps({"success_rate": summary["success_rate"], "json": json_path, "markdown": md_path}))

@@ -15,8 +15,9 @@ target, but the steps after it carry it in their history, so the policy learns t
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
-from typing import Callable, Iterable, List, Optional, Sequence
+from typing import Callable, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -33,17 +34,36 @@ def _stale_action(seen: Sequence[str], admissible: Sequence[str], rng: np.random
   return stale[rng.integers(len(stale))] if stale else None
 
 
-def demonstration_samples(env, text_env_factory: Callable[[], object], chat: ChatFormat, tasks: Iterable,
-                          expert_actions: Callable[[object], Sequence[str]], layout: str = "step",
-                          mistake_rate: float = 0.0, seed: int = 0) -> List[Sample]:
-  """Samples of every task's expert episode that the expert wins; `env` is one in-process env (reset / step).
+@dataclasses.dataclass(frozen=True)
+class DemoStep:
+  """One played step of a demonstration: its prompt text (the layout's), the reply written for the action, the env
+  action, and whether it is the expert's (imitated) or an inserted mistake."""
+  prompt: str
+  reply: str
+  action: str
+  imitated: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class DemoEpisode:
+  """A won expert episode: its task, its position among the demonstration tasks, its steps and total reward."""
+  task: object
+  traj_id: int
+  steps: Tuple[DemoStep, ...]
+  reward: float
+
+
+def play_demonstrations(env, text_env_factory: Callable[[], object], tasks: Iterable,
+                        expert_actions: Callable[[object], Sequence[str]], layout: str = "step",
+                        mistake_rate: float = 0.0, seed: int = 0) -> List[DemoEpisode]:
+  """Every task's expert episode that the expert wins; `env` is one in-process env (reset / step).
 
   `mistake_rate` > 0 inserts recovery demonstrations (module docstring); it needs an env whose infos list the
   `admissible_commands` (ALFWorld). The mistakes are a pure function of `seed` and the task's position.
   """
   if not 0.0 <= mistake_rate < 1.0:
     raise ValueError(f"mistake_rate must be in [0, 1), got {mistake_rate}")
-  out: List[Sample] = []
+  out: List[DemoEpisode] = []
   lost = []
   for traj_id, task in enumerate(tasks):
     rng = np.random.default_rng([seed, traj_id])
@@ -53,7 +73,7 @@ def demonstration_samples(env, text_env_factory: Callable[[], object], chat: Cha
     view = text_env_factory()
     view.begin(obs, infos)
     seen = list(infos.get("admissible_commands", ()))
-    steps = []  # (prompt text, reply text, imitated?)
+    steps: List[DemoStep] = []
     reward, won, done = 0.0, False, False
     for expert_action in expert_actions(task):
       mistake = (_stale_action(seen, infos["admissible_commands"], rng)
@@ -61,8 +81,8 @@ def demonstration_samples(env, text_env_factory: Callable[[], object], chat: Cha
       for action, imitated in ((mistake, False), (expert_action, True)):
         if action is None:
           continue
-        steps.append((view.step_prompt() if layout == "step" else view.turn_prompt(), view.demo_reply(action),
-                      imitated))
+        steps.append(DemoStep(view.step_prompt() if layout == "step" else view.turn_prompt(),
+                              view.demo_reply(action), action, imitated))
         obs, score, done, infos = env.step(action)
         r, w = view.reward(score, done, infos)
         reward, won = reward + r, won or w
@@ -72,34 +92,44 @@ def demonstration_samples(env, text_env_factory: Callable[[], object], chat: Cha
           break
       if done:
         break
-    if not won:
-      lost.append(str(task))
-      continue
-    if layout == "step":
-      for t, (prompt, reply, imitated) in enumerate(steps):
-        if not imitated:
-          continue
-        ids = chat.reply_ids(reply)
-        out.append(Sample(prompt_ids=chat.prompt_ids(prompt), completion_ids=ids, completion_mask=[1] * len(ids),
-                          behaviour_logprobs=[0.0] * len(ids), group_id=traj_id, problem_id=str(task),
-                          traj_id=traj_id, step_index=t, action_valid=1.0, episode_reward=reward, won=won,
-                          prompt_text=prompt, response_text=reply))
+    if won:
+      out.append(DemoEpisode(task, traj_id, tuple(steps), reward))
     else:
-      completion, mask = [], []
-      for t, (prompt, reply, imitated) in enumerate(steps):
-        if t:
-          turn = chat.turn_ids(prompt, reply_ended_with_eos=True)
-          completion += turn
-          mask += [0] * len(turn)
-        ids = chat.reply_ids(reply)
-        completion += ids
-        mask += [int(imitated)] * len(ids)
-      out.append(Sample(prompt_ids=chat.prompt_ids(steps[0][0]), completion_ids=completion, completion_mask=mask,
-                        behaviour_logprobs=[0.0] * len(completion), group_id=traj_id, problem_id=str(task),
-                        traj_id=traj_id, step_index=-1, action_valid=1.0, episode_reward=reward, won=won,
-                        prompt_text=steps[0][0]))
+      lost.append(str(task))
   if lost:
     logger.warning("skipped %d expert episodes that do not win (first: %s)", len(lost), lost[0])
   if not out:
     raise ValueError(f"the expert won none of the {len(lost)} demonstration tasks; nothing to imitate")
+  return out
+
+
+def demonstration_samples(env, text_env_factory: Callable[[], object], chat: ChatFormat, tasks: Iterable,
+                          expert_actions: Callable[[object], Sequence[str]], layout: str = "step",
+                          mistake_rate: float = 0.0, seed: int = 0) -> List[Sample]:
+  """Samples of every task's expert episode that the expert wins (`play_demonstrations`), in `layout`."""
+  out: List[Sample] = []
+  for ep in play_demonstrations(env, text_env_factory, tasks, expert_actions, layout, mistake_rate, seed):
+    common = dict(group_id=ep.traj_id, problem_id=str(ep.task), traj_id=ep.traj_id, action_valid=1.0,
+                  episode_reward=ep.reward, won=True)
+    if layout == "step":
+      for t, step in enumerate(ep.steps):
+        if not step.imitated:
+          continue
+        ids = chat.reply_ids(step.reply)
+        out.append(Sample(prompt_ids=chat.prompt_ids(step.prompt), completion_ids=ids, completion_mask=[1] * len(ids),
+                          behaviour_logprobs=[0.0] * len(ids), step_index=t, prompt_text=step.prompt,
+                          response_text=step.reply, **common))
+    else:
+      completion, mask = [], []
+      for t, step in enumerate(ep.steps):
+        if t:
+          turn = chat.turn_ids(step.prompt, reply_ended_with_eos=True)
+          completion += turn
+          mask += [0] * len(turn)
+        ids = chat.reply_ids(step.reply)
+        completion += ids
+        mask += [int(step.imitated)] * len(ids)
+      out.append(Sample(prompt_ids=chat.prompt_ids(ep.steps[0].prompt), completion_ids=completion,
+                        completion_mask=mask, behaviour_logprobs=[0.0] * len(completion), step_index=-1,
+                        prompt_text=ep.steps[0].prompt, **common))
   return out

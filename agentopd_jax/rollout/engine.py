@@ -69,10 +69,12 @@ class PromptContext:
 
   prefix(episode index, chat-templated prompt text) -> the text to add. placement "user": inside the user message,
   before the env's text (Skill-GRPO's collector); "raw": before the chat template's first token, re-encoded, as
-  SDAR's privileged teacher reads it (`chat.raw_prefixed_ids`).
+  SDAR's privileged teacher reads it (`chat.raw_prefixed_ids`). rewrite(episode index, the env's prompt text) -> the
+  text the user message holds instead (OPID's skill sections spliced into it), applied before any prefix.
   """
-  prefix: Callable[[int, str], str]
+  prefix: Optional[Callable[[int, str], str]] = None
   placement: str = "user"
+  rewrite: Optional[Callable[[int, str], str]] = None
 
   def __post_init__(self):
     if self.placement not in PLACEMENTS:
@@ -191,9 +193,11 @@ class RolloutEngine:
       ep.done = bool(dones[i])
 
   def _prompt_ids(self, episode: int, text: str, context: Optional[PromptContext]) -> Tuple[List[int], str]:
-    """(prompt ids, the user text they hold) of a fresh conversation, with `context`'s prefix if any."""
+    """(prompt ids, the user text they hold) of a fresh conversation, with `context`'s rewrite and prefix if any."""
+    if context is not None and context.rewrite is not None:
+      text = context.rewrite(episode, text)
     ids = self.chat.prompt_ids(text)
-    if context is None:
+    if context is None or context.prefix is None:
       return ids, text
     templated = templated_text(self.tokenizer, ids)
     prefix = context.prefix(episode, templated)

@@ -76,6 +76,8 @@ def warm_start_key(cfg, base_seed: int) -> str:
   doc = _sections(cfg, SFT_SECTIONS)
   if doc["sft"].pop("dtype"):  # SFT computes in sft.dtype: the run's own model.dtype does not change it
     doc["model"]["dtype"] = cfg.sft.dtype
+  if cfg.sft.opid_fraction:  # OPID-format demonstrations route skills by the run's `opid.*`
+    doc["opid"] = dataclasses.asdict(cfg.opid)
   return _digest({"config": doc, "seed": base_seed,
                   "model_files": [_model_files(cfg.model.path), _model_files(cfg.tokenizer_path)],
                   "source": source_digest(), "machine": _machine()})

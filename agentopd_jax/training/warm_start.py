@@ -15,7 +15,8 @@ from agentopd_jax.batching.samples import Sample
 from agentopd_jax.envs import registry
 from agentopd_jax.objectives.registry import LossParams
 from agentopd_jax.parallel import distributed
-from agentopd_jax.rollout.demonstrations import demonstration_samples
+from agentopd_jax.methods.opid.demos import opid_demonstration_samples
+from agentopd_jax.rollout.demonstrations import demonstration_samples, play_demonstrations
 from agentopd_jax.skills.context import SkillContext
 from agentopd_jax.storage.checkpoints import run_params
 from agentopd_jax.storage.logs import progress
@@ -92,13 +93,20 @@ def sft(parts: RunParts):
   return state.params, records
 
 
+def _spread(games: List[Any], fraction: float) -> List[Any]:
+  """The share `fraction` of `games`, spread evenly."""
+  return [g for i, g in enumerate(games) if int((i + 1) * fraction) > int(i * fraction)]
+
+
 def demonstrations(parts: RunParts) -> List[Sample]:
-  """The warm start's samples: the expert's episodes of the first `sft.demos` training tasks and, for the share
+  """The warm start's samples: the expert's episodes of the first `sft.demos` training tasks; for the share
   `sft.skill_fraction` of them (spread evenly), also the `sft.skill_expert`'s episode behind SDAR's privileged
-  prompt with the task's KM-retrieved skills, so that the self-teacher learns to use skills it reads."""
+  prompt with the task's KM-retrieved skills, so that the self-teacher learns to use skills it reads; for the share
+  `sft.opid_fraction`, also that expert's episode in OPID's injection format (`methods.opid.demos`)."""
   cfg, s = parts.cfg, parts.cfg.sft
   spec, engine = registry.get(cfg.env.name), parts.train_engine
   games = parts.train_tasks[:s.demos]
+  skill_expert = s.skill_expert or s.expert
 
   def play(tasks, expert):
     return demonstration_samples(demonstration_env(cfg), engine.text_env_factory, engine.chat, tasks,
@@ -106,12 +114,33 @@ def demonstrations(parts: RunParts) -> List[Sample]:
                                  mistake_rate=s.mistake_rate, seed=base_seed(cfg))
 
   demos = play(games, s.expert)
-  fraction = s.skill_fraction
-  if not fraction:
-    return demos
-  skilled = [g for i, g in enumerate(games) if int((i + 1) * fraction) > int(i * fraction)]
-  skills = SkillContext(cfg.env.name, cfg.skills.bank_dir, "km")
-  samples = play(skilled, s.skill_expert or s.expert)
-  privileged, _ = skills.privileged(samples, lambda x: skilled[x.traj_id], 0, parts.tokenizer,
-                                    cfg.rollout.max_prompt_tokens)
-  return demos + privileged
+  if s.skill_fraction:
+    skilled = _spread(games, s.skill_fraction)
+    skills = SkillContext(cfg.env.name, cfg.skills.bank_dir, "km")
+    samples = play(skilled, skill_expert)
+    privileged, _ = skills.privileged(samples, lambda x: skilled[x.traj_id], 0, parts.tokenizer,
+                                      cfg.rollout.max_prompt_tokens)
+    demos += privileged
+  if s.opid_fraction:
+    demos += opid_demonstrations(parts, _spread(games, s.opid_fraction), skill_expert)
+  return demos
+
+
+def opid_demonstrations(parts: RunParts, games: List[Any], expert: str) -> List[Sample]:
+  """`expert`'s won episodes of `games` in OPID's injection format, skills routed by the run's `opid.*`."""
+  cfg = parts.cfg
+  spec, engine = registry.get(cfg.env.name), parts.train_engine
+  if cfg.rollout.layout != "step":
+    raise ValueError(f"sft.opid_fraction needs rollout.layout='step' (OPID scores each step's prompt), got "
+                     f"{cfg.rollout.layout!r}")
+  if spec.hindsight is None:
+    raise ValueError(f"sft.opid_fraction needs the oracle analyzer's review, which env {cfg.env.name!r} has not "
+                     f"(its EnvSpec.hindsight is None)")
+  episodes = play_demonstrations(demonstration_env(cfg), engine.text_env_factory, games,
+                                 spec.expert_policy(cfg.env, expert), "step", cfg.sft.mistake_rate, base_seed(cfg))
+  samples, failed = opid_demonstration_samples(episodes, spec.hindsight(cfg.env), engine.chat,
+                                               engine.text_env_factory().demo_reply, cfg.opid,
+                                               cfg.rollout.max_prompt_tokens, base_seed(cfg))
+  if failed:
+    logger.warning("OPID demonstrations: %d reviews failed; their episodes are left out", failed)
+  return samples

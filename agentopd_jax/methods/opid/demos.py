@@ -1,0 +1,72 @@
+"""Demonstrations in OPID's injection format, for a warm start whose policy reads OPID's skills.
+
+OPID's signal is Δ = log π(y | ĥ) − log π(y | h): the old policy re-scoring its own reply with the analyzer's skill
+spliced into the prompt (`injection.augment_observation`). A policy that never saw those sections gives Δ ≈ noise, so
+the warm start shows it what they mean. Each demonstration episode is reviewed by the oracle analyzer twice, as OPID
+would review a rollout:
+  * whole, a won episode: its episode skill is a workflow, and the steps that left the reviewer's plan (the explorer's
+    searching, inserted mistakes) get step skills;
+  * cut short at a random step before its end, an unfinished (failed) episode: its episode skill is an avoidance rule.
+Every step is then shown with the skills OPID's router gives it (`injection.route`). The reply is the action the
+skills point to: a step with a step skill imitates the reviewer's action that the skill names ("Go to countertop 1
+next: ..."), any other step the demonstration's own expert action (a mistake step without a step skill is not
+imitated). Prompts are cut to the rollout's prompt limit the way OPID's teacher prompts are (last tokens kept).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, List, Sequence, Tuple
+
+import numpy as np
+
+from agentopd_jax.batching.samples import Sample
+from agentopd_jax.envs.hindsight import Review
+from agentopd_jax.methods.opid.injection import augment_observation, route
+from agentopd_jax.methods.opid.oracle import analysis_of
+from agentopd_jax.rollout.chat import ChatFormat
+from agentopd_jax.rollout.demonstrations import DemoEpisode
+
+
+def _samples(ep: DemoEpisode, steps: int, review: Review, chat: ChatFormat, reply_of: Callable[[str], str],
+             opid_cfg, max_prompt_tokens: int) -> List[Sample]:
+  """The first `steps` steps of `ep` under the skills of `review` (a review of those steps)."""
+  analysis = analysis_of(review, [True] * steps, range(steps), opid_cfg.max_step_skills)
+  out = []
+  for t in range(steps):
+    episode_skill, step_skill = route(t, analysis, opid_cfg.w_episode, opid_cfg.w_step, opid_cfg.route)
+    action = review.steps[t].expert_action if step_skill else (ep.steps[t].action if ep.steps[t].imitated else "")
+    if not action:
+      continue
+    prompt = augment_observation(ep.steps[t].prompt, episode_skill, step_skill)
+    reply = reply_of(action)
+    ids = chat.reply_ids(reply)
+    out.append(Sample(prompt_ids=chat.prompt_ids(prompt)[-max_prompt_tokens:], completion_ids=ids,
+                      completion_mask=[1] * len(ids), behaviour_logprobs=[0.0] * len(ids), group_id=ep.traj_id,
+                      problem_id=str(ep.task), traj_id=ep.traj_id, step_index=t, action_valid=1.0,
+                      episode_reward=ep.reward if steps == len(ep.steps) else 0.0, won=steps == len(ep.steps),
+                      prompt_text=prompt, response_text=reply))
+  return out
+
+
+def opid_demonstration_samples(episodes: Sequence[DemoEpisode], review: Callable[[Any, Sequence[str]], Review],
+                               chat: ChatFormat, reply_of: Callable[[str], str], opid_cfg, max_prompt_tokens: int,
+                               seed: int = 0) -> Tuple[List[Sample], int]:
+  """(samples, episodes whose review failed) for `episodes` in step layout (module docstring).
+
+  `review(task, actions)`: the env's hindsight review (`EnvSpec.hindsight(env_cfg)`); `reply_of(action)`: the text
+  env's `demo_reply`; `opid_cfg`: the run's `opid.*` (route, weights, max_step_skills). The cut of each episode is
+  a pure function of `seed` and its position."""
+  out: List[Sample] = []
+  failed = 0
+  for ep in episodes:
+    actions = [s.action for s in ep.steps]
+    cut = int(np.random.default_rng([seed, ep.traj_id, 41]).integers(1, len(actions))) if len(actions) > 1 else 0
+    for steps in (len(actions), cut):
+      if not steps:
+        continue
+      try:
+        reviewed = review(ep.task, actions[:steps])
+      except Exception:  # a replay that does not reproduce the episode teaches nothing about it
+        failed += 1
+        continue
+      out += _samples(ep, steps, reviewed, chat, reply_of, opid_cfg, max_prompt_tokens)
+  return out, failed
