@@ -115,7 +115,10 @@ def main(argv):
   if _TRACES.value:
     with open(os.path.join(out, "traces.jsonl"), "w") as f:
       f.writelines(json.dumps(t) + "\n" for t in traces)
-  print(json.dumps({"success_rate": summary["success_rate"], "json": json_path, "markdown": md_path}))
+  line = {"success_rate": summary["success_rate"], "json": json_path, "markdown": md_path}
+  if _OPID.value:
+    line["opid_hindsight"] = {k: retry[k] for k in ("success_without", "success_with", "paired_difference")}
+  print(json.dumps(line))
 
 
 if __name__ == "__main__":

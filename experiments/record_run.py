@@ -39,7 +39,9 @@ def record(run: Path, dest: Path) -> None:
 def record_eval(report: Path, dest: Path) -> None:
   """An `experiments/evaluate.py` report (eval.json) with its per-problem outcomes named as `record` names them."""
   summary = json.loads(report.read_text())
-  summary["outcomes"] = {problem_name(p): o for p, o in sorted(summary["outcomes"].items())}
+  for part in (summary, summary.get("opid_hindsight", {})):  # the hindsight retry's second play has its own
+    if "outcomes" in part:
+      part["outcomes"] = {problem_name(p): o for p, o in sorted(part["outcomes"].items())}
   dest.parent.mkdir(parents=True, exist_ok=True)
   dest.write_text(json.dumps(summary, indent=0) + "\n")
 

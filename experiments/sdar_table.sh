@@ -16,7 +16,7 @@
 #    KM-retrieved skills before the chat template, as SDAR's teacher reads them); the trained rows
 #    (configs/sweeps/$TABLE.py); every trained row's last checkpoint at T = 0.4, and Skill-GRPO's with its skills in
 #    the prompt at T = 0.4. Each finished run and evaluation is recorded in results/$TABLE.
-# 3. experiments/sdar_table.py regenerates the table and its plots from results/sdar_table alone.
+# 3. experiments/tables.py regenerates the table and its plots from results/sdar_table alone.
 set -euo pipefail
 SEEDS=${SEEDS:-"0 1 2 3 4"}
 TABLE=${TABLE:-sdar_table}
@@ -63,4 +63,4 @@ for seed in $SEEDS; do
   done
   [ ! -f "$OUT/skill_grpo-s$seed/summary.json" ] || evaluate "$OUT/skill_grpo-s$seed" latest "$seed" skills_T0.4 --skill_prompt=user --config.skills.retrieval=km --config.validation.temperature=0.4
 done
-python experiments/sdar_table.py "$RESULTS" --plot "docs/results_$TABLE.png" --doc docs/results.md
+python experiments/tables.py "$RESULTS" --plot "docs/results_$TABLE.png" --doc docs/results.md

@@ -213,12 +213,24 @@ def test_hf_folder_and_trajectory_layout(tmp_path, games_root):
 def test_evaluate_cli_reports_a_checkpoint(uninterrupted, games_root):
   cmd = [sys.executable, os.path.join(ROOT, "experiments", "evaluate.py"),
          f"--config={os.path.join(ROOT, 'configs', 'alfworld.py')}"] + _flags(uninterrupted, games_root) + [
-      "--step=best", "--attempts=2", "--ks=1,2"]
+      "--step=best", "--attempts=2", "--ks=1,2", "--opid_hindsight"]
   out = _finish(subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
   report = json.loads(open(os.path.join(uninterrupted, "eval", "eval.json")).read())
   assert report["episodes"] == 16 and report["problems"] == 8 and set(report["pass_at_k"]) == {"pass@1", "pass@2"}
   assert "| Task type |" in open(os.path.join(uninterrupted, "eval", "eval.md")).read()
-  assert '"success_rate"' in out
+  assert '"success_rate"' in out and '"opid_hindsight"' in out
+  # The hindsight retry: the first play is the report's own; the second is recorded per problem.
+  retry = report["opid_hindsight"]
+  assert retry["episodes"] == 16 and retry["success_without"] == pytest.approx(100 * report["success_rate"])
+  assert retry["first_won"]["episodes"] + retry["first_lost"]["episodes"] == 16
+  assert set(retry["outcomes"]) == set(report["outcomes"]) and all(a == 2 for _, a in retry["outcomes"].values())
+  assert retry["success_with"] == pytest.approx(100 * sum(s for s, _ in retry["outcomes"].values()) / 16)
+  recorded = os.path.join(uninterrupted, "eval_record.json")
+  subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "record_run.py"), "--eval",
+                  os.path.join(uninterrupted, "eval", "eval.json"), recorded], check=True, cwd=ROOT)
+  names = json.loads(open(recorded).read())
+  assert set(names["opid_hindsight"]["outcomes"]) == set(names["outcomes"])
+  assert all(name.startswith("valid_seen/") for name in names["opid_hindsight"]["outcomes"])
 
 
 def test_evaluate_reproduces_the_training_validation(uninterrupted, games_root):

@@ -47,7 +47,8 @@ def retry_context(skills: Sequence[Optional[str]]) -> PromptContext:
 
 def retry_summary(first: Sequence[Dict], second: Sequence[Dict], skills: Sequence[Optional[str]]) -> Dict[str, Any]:
   """Success without and with the skill (percent), overall and by the first play's outcome; the paired difference
-  over panel problems with its 95 % t interval; the number of episodes without a skill (they replay unchanged)."""
+  over panel problems with its 95 % t interval; the number of episodes without a skill (they replay unchanged); and
+  per problem the second play's [successes, attempts] (`outcomes`; the first play's are the report's own)."""
   def rate(eps: Sequence[int], plays: Sequence[Dict]) -> Optional[float]:
     return 100.0 * sum(bool(plays[i]["won"]) for i in eps) / len(eps) if eps else None
 
@@ -62,5 +63,8 @@ def retry_summary(first: Sequence[Dict], second: Sequence[Dict], skills: Sequenc
     by_problem.setdefault(str(first[i]["problem"]), []).append(i)
   diffs = [rate(eps, second) - rate(eps, first) for eps in by_problem.values()]
   mean, low, high = paired_ci(diffs)
-  out["paired_difference"] = {"problems": len(diffs), "mean": mean, "ci95": [low, high]}
+  # None, not nan, where one problem gives no interval (reports are strict JSON)
+  out["paired_difference"] = {"problems": len(diffs), "mean": mean,
+                              "ci95": [None if b != b else b for b in (low, high)]}
+  out["outcomes"] = {p: [sum(bool(second[i]["won"]) for i in eps), len(eps)] for p, eps in sorted(by_problem.items())}
   return out

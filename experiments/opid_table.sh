@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# OPID's table on the ALFWorld CPU default (docs/results.md, "OPID's table"), resumable:
+#
+#   bash experiments/opid_table.sh                   # everything, into runs/opid_*, records into results/opid_*
+#   SEEDS="0 1" bash experiments/opid_table.sh       # some seeds of the table (the ablations take seeds 0-2)
+#
+# 1. The warm start, once: the CPU default's SFT with half the demo games also in OPID's injection format
+#    (`sft.opid_fraction=0.5`, docs/opid.md), `grpo.iterations=0`.
+# 2. The check before any OPID run counts: the hindsight retry (`evaluate.py --opid_hindsight`) of this warm start
+#    and, as the control, of SDAR's table's warm start (which never saw OPID's sections), at T = 1.0 and 0.4. If the
+#    paired difference's 95 % interval at T = 1.0 does not lie above zero for this warm start, the script stops.
+# 3. Per seed: the table's arms (configs/sweeps/opid_table.py), then for seeds 0-2 the ablations
+#    (configs/sweeps/opid_ablations.py); every finished run recorded in results/.
+# 4. One run with the `local` analyzer (the warm start served by agentopd_jax.serve behind the openai client), seed 0,
+#    2 iterations: the real analyzer path end to end, with its parse-failure count in the record.
+set -euo pipefail
+SEEDS=${SEEDS:-"0 1 2 3 4"}
+CONFIG=configs/alfworld.py
+WARM=runs/opid_table/warm_start
+RESULTS=results/opid_table
+
+. experiments/runs.sh
+
+train "" "$WARM" --config.grpo.iterations=0 --config.sft.opid_fraction=0.5
+[ -d "$RESULTS/warm_start" ] || python experiments/record_run.py "$WARM" "$RESULTS/warm_start"
+
+check() {  # workdir name temperature: the hindsight retry of a warm start, recorded
+  local workdir=$1 name=$2 temperature=$3 dest=$RESULTS/warm_start/eval_${2}_T$3.json
+  if [ ! -f "$dest" ]; then
+    python experiments/evaluate.py --config=$CONFIG --config.workdir="$workdir" --step=0 --opid_hindsight \
+      --config.validation.temperature="$temperature" --out="$WARM/eval_${name}_T$temperature"
+    python experiments/record_run.py --eval "$WARM/eval_${name}_T$temperature/eval.json" "$dest"
+  fi
+}
+for temperature in 1.0 0.4; do
+  check "$WARM" opid_hindsight "$temperature"
+  check runs/sdar_table/warm_start opid_hindsight_sdar_warm_start "$temperature"
+done
+python - "$RESULTS/warm_start/eval_opid_hindsight_T1.0.json" <<'EOF'
+import json, sys
+retry = json.load(open(sys.argv[1]))["opid_hindsight"]
+low = retry["paired_difference"]["ci95"][0]
+print(f"[opid_table] hindsight retry at T = 1.0: {retry['success_without']:.1f} % -> {retry['success_with']:.1f} %, "
+      f"paired 95 % CI lower bound {low:+.1f}")
+sys.exit(0 if low > 0 else "[opid_table] the warm start does not read OPID's skills: no OPID run counts, stopping")
+EOF
+
+record_seed() {  # root seed: record every finished run of a sweep root for that seed
+  local run
+  for run in "$1"/*-s"$2"; do
+    [ -f "$run/summary.json" ] || continue
+    [ -d "results/$(basename "$1")/$(basename "$run")" ] || \
+      python experiments/record_run.py "$run" "results/$(basename "$1")/$(basename "$run")"
+  done
+}
+for seed in $SEEDS; do
+  python experiments/sweep.py --sweep=configs/sweeps/opid_table.py --sweep.seeds="($seed,)" || \
+    echo "[opid_table] seed $seed: a run failed"
+  record_seed runs/opid_table "$seed"
+  if [ "$seed" -le 2 ]; then
+    python experiments/sweep.py --sweep=configs/sweeps/opid_ablations.py --sweep.seeds="($seed,)" || \
+      echo "[opid_ablations] seed $seed: a run failed"
+    record_seed runs/opid_ablations "$seed"
+  fi
+done
+train ":opid" runs/opid_local/local_analyzer-s0 --config.seed=0 --config.warm_start_run="$WARM" \
+  --config.grpo.iterations=2 --config.validation.every=2 --config.opid.analyzer=local \
+  --config.opid.analyzer_model="$WARM" --config.opid.max_completion_tokens=256
+[ -d results/opid_local/local_analyzer-s0 ] || \
+  python experiments/record_run.py runs/opid_local/local_analyzer-s0 results/opid_local/local_analyzer-s0
