@@ -74,9 +74,16 @@ def test_each_step_carries_its_routed_skills_and_imitates_what_they_point_to():
 
 def test_a_mistake_without_a_step_skill_is_not_imitated_and_a_failed_review_is_counted():
   chat = _chat()
-  samples, _ = opid_demonstration_samples([_episode()], _review, chat, _reply, OpidConfig(max_step_skills=1), 1024)
-  whole = [s for s in samples if s.won]
-  assert [s.step_index for s in whole] == [0, 2, 3]  # K = 1: only step 0's skill; the mistake at 1 is dropped
+  one = OpidConfig(max_step_skills=1)  # K = 1: only step 0 gets a step skill
+  samples, _ = opid_demonstration_samples([_episode()], _review, chat, _reply, one, 1024, targets="expert")
+  assert [s.step_index for s in samples if s.won] == [0, 2, 3]  # the mistake at 1 has no action of the expert's
+  # "skills": the mistake left the plan, so under the workflow it imitates the reviewer's action from its state
+  samples, _ = opid_demonstration_samples([_episode()], _review, chat, _reply, one, 1024)
+  assert [(s.step_index, s.response_text) for s in samples if s.won][:2] == [
+      (0, _reply("go to shelf 1")), (1, _reply("take mug 1 from desk 1"))]
+  assert "**Critical-Step Skill**" not in samples[1].prompt_text
+  with pytest.raises(ValueError, match="sft.opid_targets"):
+    opid_demonstration_samples([_episode()], _review, chat, _reply, one, 1024, targets="teacher")
 
   def broken(task, actions):
     raise RuntimeError("replay")

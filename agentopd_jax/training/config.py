@@ -85,6 +85,8 @@ class SftConfig:
                                        # skills say
   opid_fraction: float = 0.0           # this share of the demo tasks also gets demonstrations in OPID's injection
                                        # format (methods/opid/demos.py), so the policy reads OPID's skills (0: none)
+  opid_targets: str = "skills"         # what those steps imitate: "skills" (the action the skills point to) or
+                                       # "expert" (the demonstration's own action where it has one)
   max_demo_steps: int = 0              # expert episodes must win within this many steps (0: rollout.max_steps, so
                                        # the warm start imitates only episodes the policy's horizon can finish)
   dtype: str = ""                      # the warm start's compute precision ("": model.dtype), so that RL can compute
@@ -99,6 +101,8 @@ class SftConfig:
       raise ValueError(f"sft.seed must be >= 0, or -1 to follow `seed`; got {self.seed}")
     if self.lr_schedule not in LR_SCHEDULES:
       raise ValueError(f"sft.lr_schedule must be 'cosine' or 'constant', got {self.lr_schedule!r}")
+    if self.opid_targets not in ("skills", "expert"):
+      raise ValueError(f"sft.opid_targets must be 'skills' or 'expert', got {self.opid_targets!r}")
     for name in ("skill_fraction", "opid_fraction"):
       if not 0.0 <= getattr(self, name) <= 1.0:
         raise ValueError(f"sft.{name} must be in [0, 1], got {getattr(self, name)}")

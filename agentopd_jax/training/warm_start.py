@@ -140,7 +140,7 @@ def opid_demonstrations(parts: RunParts, games: List[Any], expert: str) -> List[
                                  spec.expert_policy(cfg.env, expert), "step", cfg.sft.mistake_rate, base_seed(cfg))
   samples, failed = opid_demonstration_samples(episodes, spec.hindsight(cfg.env), engine.chat,
                                                engine.text_env_factory().demo_reply, cfg.opid,
-                                               cfg.rollout.max_prompt_tokens, base_seed(cfg))
+                                               cfg.rollout.max_prompt_tokens, base_seed(cfg), cfg.sft.opid_targets)
   if failed:
     logger.warning("OPID demonstrations: %d reviews failed; their episodes are left out", failed)
   return samples

@@ -7,10 +7,16 @@ would review a rollout:
   * whole, a won episode: its episode skill is a workflow, and the steps that left the reviewer's plan (the explorer's
     searching, inserted mistakes) get step skills;
   * cut short at a random step before its end, an unfinished (failed) episode: its episode skill is an avoidance rule.
-Every step is then shown with the skills OPID's router gives it (`injection.route`). The reply is the action the
-skills point to: a step with a step skill imitates the reviewer's action that the skill names ("Go to countertop 1
-next: ..."), any other step the demonstration's own expert action (a mistake step without a step skill is not
-imitated). Prompts are cut to the rollout's prompt limit the way OPID's teacher prompts are (last tokens kept).
+Every step is then shown with the skills OPID's router gives it (`injection.route`), and imitates (`targets`):
+  * "skills" (the default): the action the skills point to. A step with a step skill, or one that left the
+    reviewer's plan (a detour the workflow says to skip, the mistake an avoidance rule names), imitates the
+    reviewer's action from that state ("Go to countertop 1 next: ..."; the workflow names where the object is, the
+    avoidance rule what to do instead); a step that kept the plan imitates the demonstration's own action.
+  * "expert": the demonstration's own action wherever it has one (a step skill's step still imitates the reviewer's
+    action; an inserted mistake without a step skill is not imitated). The skills then often contradict the reply
+    (a workflow that says to skip the detour the reply takes), and the policy learns that they do not matter
+    (docs/results.md, "OPID's table").
+Prompts are cut to the rollout's prompt limit the way OPID's teacher prompts are (last tokens kept).
 """
 from __future__ import annotations
 
@@ -26,14 +32,18 @@ from agentopd_jax.rollout.chat import ChatFormat
 from agentopd_jax.rollout.demonstrations import DemoEpisode
 
 
+TARGETS = ("skills", "expert")
+
+
 def _samples(ep: DemoEpisode, steps: int, review: Review, chat: ChatFormat, reply_of: Callable[[str], str],
-             opid_cfg, max_prompt_tokens: int) -> List[Sample]:
+             opid_cfg, max_prompt_tokens: int, targets: str) -> List[Sample]:
   """The first `steps` steps of `ep` under the skills of `review` (a review of those steps)."""
   analysis = analysis_of(review, [True] * steps, range(steps), opid_cfg.max_step_skills)
   out = []
   for t in range(steps):
     episode_skill, step_skill = route(t, analysis, opid_cfg.w_episode, opid_cfg.w_step, opid_cfg.route)
-    action = review.steps[t].expert_action if step_skill else (ep.steps[t].action if ep.steps[t].imitated else "")
+    reviewer = step_skill or (targets == "skills" and not review.steps[t].on_plan)
+    action = review.steps[t].expert_action if reviewer else (ep.steps[t].action if ep.steps[t].imitated else "")
     if not action:
       continue
     prompt = augment_observation(ep.steps[t].prompt, episode_skill, step_skill)
@@ -49,12 +59,14 @@ def _samples(ep: DemoEpisode, steps: int, review: Review, chat: ChatFormat, repl
 
 def opid_demonstration_samples(episodes: Sequence[DemoEpisode], review: Callable[[Any, Sequence[str]], Review],
                                chat: ChatFormat, reply_of: Callable[[str], str], opid_cfg, max_prompt_tokens: int,
-                               seed: int = 0) -> Tuple[List[Sample], int]:
+                               seed: int = 0, targets: str = "skills") -> Tuple[List[Sample], int]:
   """(samples, episodes whose review failed) for `episodes` in step layout (module docstring).
 
   `review(task, actions)`: the env's hindsight review (`EnvSpec.hindsight(env_cfg)`); `reply_of(action)`: the text
   env's `demo_reply`; `opid_cfg`: the run's `opid.*` (route, weights, max_step_skills). The cut of each episode is
-  a pure function of `seed` and its position."""
+  a pure function of `seed` and its position; `targets`: what each step imitates (module docstring)."""
+  if targets not in TARGETS:
+    raise ValueError(f"sft.opid_targets must be one of {TARGETS}, got {targets!r}")
   out: List[Sample] = []
   failed = 0
   for ep in episodes:
@@ -68,5 +80,5 @@ def opid_demonstration_samples(episodes: Sequence[DemoEpisode], review: Callable
       except Exception:  # a replay that does not reproduce the episode teaches nothing about it
         failed += 1
         continue
-      out += _samples(ep, steps, reviewed, chat, reply_of, opid_cfg, max_prompt_tokens)
+      out += _samples(ep, steps, reviewed, chat, reply_of, opid_cfg, max_prompt_tokens, targets)
   return out, failed
