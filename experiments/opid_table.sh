@@ -6,9 +6,10 @@
 #
 # 1. The warm start, once: the CPU default's SFT with half the demo games also in OPID's injection format
 #    (`sft.opid_fraction=0.5`, docs/opid.md), `grpo.iterations=0`.
-# 2. The check before any OPID run counts: the hindsight retry (`evaluate.py --opid_hindsight`) of this warm start
-#    and, as the control, of SDAR's table's warm start (which never saw OPID's sections), at T = 1.0 and 0.4. If the
-#    paired difference's 95 % interval at T = 1.0 does not lie above zero for this warm start, the script stops.
+# 2. The check before any OPID run counts: the hindsight retry (`evaluate.py --opid_hindsight`) of this warm start,
+#    of SDAR's table's warm start (which never saw OPID's sections: the control) and of the warm start whose OPID
+#    demonstrations imitate the expert's own actions (`sft.opid_targets=expert`), at T = 1.0 and 0.4. If the paired
+#    difference's 95 % interval at T = 1.0 does not lie above zero for this warm start, the script stops.
 # 3. Per seed: the table's arms (configs/sweeps/opid_table.py), then for seeds 0-2 the ablations
 #    (configs/sweeps/opid_ablations.py); every finished run recorded in results/.
 # 4. One run with the `local` analyzer (the warm start served by agentopd_jax.serve behind the openai client), seed 0,
@@ -24,17 +25,23 @@ RESULTS=results/opid_table
 train "" "$WARM" --config.grpo.iterations=0 --config.sft.opid_fraction=0.5
 [ -d "$RESULTS/warm_start" ] || python experiments/record_run.py "$WARM" "$RESULTS/warm_start"
 
-check() {  # workdir name temperature: the hindsight retry of a warm start, recorded
-  local workdir=$1 name=$2 temperature=$3 dest=$RESULTS/warm_start/eval_${2}_T$3.json
+check() {  # workdir record-folder temperature: the hindsight retry of a warm start, recorded
+  local workdir=$1 dest=$RESULTS/$2/eval_opid_hindsight_T$3.json
   if [ ! -f "$dest" ]; then
     python experiments/evaluate.py --config=$CONFIG --config.workdir="$workdir" --step=0 --opid_hindsight \
-      --config.validation.temperature="$temperature" --out="$WARM/eval_${name}_T$temperature"
-    python experiments/record_run.py --eval "$WARM/eval_${name}_T$temperature/eval.json" "$dest"
+      --config.validation.temperature="$3" --out="$workdir/eval_opid_hindsight_T$3"
+    python experiments/record_run.py --eval "$workdir/eval_opid_hindsight_T$3/eval.json" "$dest"
   fi
 }
+# The ablation of the demonstrations' targets: the expert's own actions under the episode skill (docs/opid.md).
+EXPERT=runs/opid_table/warm_start_expert_targets
+train "" "$EXPERT" --config.grpo.iterations=0 --config.sft.opid_fraction=0.5 --config.sft.opid_targets=expert
+[ -d "$RESULTS/warm_start_expert_targets" ] || \
+  python experiments/record_run.py "$EXPERT" "$RESULTS/warm_start_expert_targets"
 for temperature in 1.0 0.4; do
-  check "$WARM" opid_hindsight "$temperature"
-  check runs/sdar_table/warm_start opid_hindsight_sdar_warm_start "$temperature"
+  check "$WARM" warm_start "$temperature"
+  check runs/sdar_table/warm_start sdar_warm_start "$temperature"
+  check "$EXPERT" warm_start_expert_targets "$temperature"
 done
 python - "$RESULTS/warm_start/eval_opid_hindsight_T1.0.json" <<'EOF'
 import json, sys

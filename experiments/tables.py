@@ -215,23 +215,22 @@ def opid_signals_markdown(t: Table) -> str:
 
 
 def retry_markdown(folder: Path) -> str:
-  """The hindsight retries of the warm starts (`evaluate.py --opid_hindsight`, recorded as
-  `warm_start/eval_<name>_T<temperature>.json`): success without and with the oracle's episode skill, the paired
-  difference over panel problems with its 95 % CI, and the split by the first play's outcome."""
-  lines = ["| evaluation | T | episodes | without skill (%) | with the episode skill (%) | − without, paired over "
+  """The hindsight retries of warm starts (`evaluate.py --opid_hindsight`, recorded as
+  `<warm start>/eval_opid_hindsight_T<temperature>.json` in the table's folder): success without and with the
+  oracle's episode skill, the paired difference over panel problems with its 95 % CI, and the split by the first
+  play's outcome."""
+  lines = ["| warm start | T | episodes | without skill (%) | with the episode skill (%) | − without, paired over "
            "problems [95 % CI] | first play won: without → with | first play lost: without → with |",
            "|---|---|---|---|---|---|---|---|"]
-  for path in sorted((folder / "warm_start").glob("eval_opid_hindsight*_T*.json")):
-    m = re.fullmatch(r"eval_(opid_hindsight\w*)_T([\d.]+)\.json", path.name)
-    if not m:
-      continue
+  for path in sorted(folder.glob("*/eval_opid_hindsight_T*.json")):
     r = json.loads(path.read_text())["opid_hindsight"]
     d = r["paired_difference"]
     ci = "–" if None in d["ci95"] else f"[{d['ci95'][0]:+.1f}, {d['ci95'][1]:+.1f}]"
     split = [f"{r[k]['success_without']:.1f} → {r[k]['success_with']:.1f} ({r[k]['episodes']})"
              if r[k]["episodes"] else "–" for k in ("first_won", "first_lost")]
-    lines.append(f"| {m[1]} | {m[2]} | {r['episodes']} | {r['success_without']:.1f} | {r['success_with']:.1f} "
-                 f"| {d['mean']:+.1f} {ci} | {split[0]} | {split[1]} |")
+    temperature = path.stem[len("eval_opid_hindsight_T"):]
+    lines.append(f"| {path.parent.name} | {temperature} | {r['episodes']} | {r['success_without']:.1f} "
+                 f"| {r['success_with']:.1f} | {d['mean']:+.1f} {ci} | {split[0]} | {split[1]} |")
   return "\n".join(lines) if len(lines) > 2 else "Hindsight retry: no warm start checked yet."
 
 

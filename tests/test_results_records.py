@@ -125,7 +125,7 @@ def test_opid_tables_by_hand(tmp_path):
            "paired_difference": {"problems": 4, "mean": 25.0, "ci95": [-1.5, 51.5]}, "outcomes": {}}
   (folder / "warm_start" / "eval_opid_hindsight_T1.0.json").write_text(json.dumps({"opid_hindsight": retry}))
   assert report.report(folder, retry=True).splitlines()[2] == (
-      "| opid_hindsight | 1.0 | 8 | 25.0 | 50.0 | +25.0 [-1.5, +51.5] | 100.0 → 100.0 (2) | 0.0 → 33.3 (6) |")
+      "| warm_start | 1.0 | 8 | 25.0 | 50.0 | +25.0 [-1.5, +51.5] | 100.0 → 100.0 (2) | 0.0 → 33.3 (6) |")
 
   def run(name, seed, success, opid):
     d = folder / f"{name}-s{seed}"
