@@ -3,6 +3,7 @@
 #
 #   bash experiments/opid_table.sh                   # everything, into runs/opid_*, records into results/opid_*
 #   SEEDS="0 1" bash experiments/opid_table.sh       # some seeds of the table (the ablations take seeds 0-2)
+#   RESULTS_ROOT=/elsewhere/results bash experiments/opid_table.sh   # records into another checkout's results/
 #
 # 1. The warm start, once: the CPU default's SFT with half the demo games also in OPID's injection format
 #    (`sft.opid_fraction=0.5`, docs/opid.md), `grpo.iterations=0`.
@@ -18,7 +19,8 @@ set -euo pipefail
 SEEDS=${SEEDS:-"0 1 2 3 4"}
 CONFIG=configs/alfworld.py
 WARM=runs/opid_table/warm_start
-RESULTS=results/opid_table
+RESULTS_ROOT=${RESULTS_ROOT:-results}
+RESULTS=$RESULTS_ROOT/opid_table
 
 . experiments/runs.sh
 
@@ -56,8 +58,8 @@ record_seed() {  # root seed: record every finished run of a sweep root for that
   local run
   for run in "$1"/*-s"$2"; do
     [ -f "$run/summary.json" ] || continue
-    [ -d "results/$(basename "$1")/$(basename "$run")" ] || \
-      python experiments/record_run.py "$run" "results/$(basename "$1")/$(basename "$run")"
+    [ -d "$RESULTS_ROOT/$(basename "$1")/$(basename "$run")" ] || \
+      python experiments/record_run.py "$run" "$RESULTS_ROOT/$(basename "$1")/$(basename "$run")"
   done
 }
 for seed in $SEEDS; do
@@ -73,5 +75,5 @@ done
 train ":opid" runs/opid_local/local_analyzer-s0 --config.seed=0 --config.warm_start_run="$WARM" \
   --config.grpo.iterations=2 --config.validation.every=2 --config.opid.analyzer=local \
   --config.opid.analyzer_model="$WARM" --config.opid.max_completion_tokens=256
-[ -d results/opid_local/local_analyzer-s0 ] || \
-  python experiments/record_run.py runs/opid_local/local_analyzer-s0 results/opid_local/local_analyzer-s0
+[ -d "$RESULTS_ROOT/opid_local/local_analyzer-s0" ] || \
+  python experiments/record_run.py runs/opid_local/local_analyzer-s0 "$RESULTS_ROOT/opid_local/local_analyzer-s0"

@@ -8,14 +8,13 @@ would review a rollout:
     searching, inserted mistakes) get step skills;
   * cut short at a random step before its end, an unfinished (failed) episode: its episode skill is an avoidance rule.
 Every step is then shown with the skills OPID's router gives it (`injection.route`), and imitates (`targets`):
-  * "skills" (the default): the action the skills point to. A step with a step skill, or one that left the
-    reviewer's plan (a detour the workflow says to skip, the mistake an avoidance rule names), imitates the
-    reviewer's action from that state ("Go to countertop 1 next: ..."; the workflow names where the object is, the
-    avoidance rule what to do instead); a step that kept the plan imitates the demonstration's own action.
+  * "skills" (the default): the action the skills point to, the reviewer's action from that state wherever it has
+    one. A step skill names it ("Go to countertop 1 next: ..."), a workflow names where the objects are ("take mug 1
+    from desk 1 -> ..."), an avoidance rule what to do instead; the skill then carries what the reply needs.
   * "expert": the demonstration's own action wherever it has one (a step skill's step still imitates the reviewer's
-    action; an inserted mistake without a step skill is not imitated). The skills then often contradict the reply
-    (a workflow that says to skip the detour the reply takes), and the policy learns that they do not matter
-    (docs/results.md, "OPID's table").
+    action; an inserted mistake without a step skill is not imitated). The explorer's searching does not depend on
+    the episode skill, so the policy learns to act around the section rather than on it (docs/results.md, "OPID's
+    table").
 Prompts are cut to the rollout's prompt limit the way OPID's teacher prompts are (last tokens kept).
 """
 from __future__ import annotations
@@ -42,8 +41,9 @@ def _samples(ep: DemoEpisode, steps: int, review: Review, chat: ChatFormat, repl
   out = []
   for t in range(steps):
     episode_skill, step_skill = route(t, analysis, opid_cfg.w_episode, opid_cfg.w_step, opid_cfg.route)
-    reviewer = step_skill or (targets == "skills" and not review.steps[t].on_plan)
-    action = review.steps[t].expert_action if reviewer else (ep.steps[t].action if ep.steps[t].imitated else "")
+    own = ep.steps[t].action if ep.steps[t].imitated else ""
+    reviewer = review.steps[t].expert_action if (step_skill or targets == "skills") else None
+    action = reviewer or ("" if step_skill else own)
     if not action:
       continue
     prompt = augment_observation(ep.steps[t].prompt, episode_skill, step_skill)
