@@ -7,7 +7,8 @@
 #
 # 1. The warm start, once: the CPU default's SFT with half the demo games also in OPID's injection format
 #    (`sft.opid_fraction=0.5`, docs/opid.md), `grpo.iterations=0`.
-# 2. The check before any OPID run counts: the hindsight retry (`evaluate.py --opid_hindsight`) of this warm start,
+# 2. The teacher-forced probe of each warm start on OPID-format demonstrations of validation games, with and without
+#    the skills (`probe_demos.py --opid`). The check before any OPID run counts: the hindsight retry (`evaluate.py --opid_hindsight`) of this warm start,
 #    of SDAR's table's warm start (which never saw OPID's sections: the control) and of the warm start whose OPID
 #    demonstrations imitate the expert's own actions (`sft.opid_targets=expert`), at T = 1.0 and 0.4. If the paired
 #    difference's 95 % interval at T = 1.0 does not lie above zero for this warm start, the script stops.
@@ -40,6 +41,13 @@ EXPERT=runs/opid_table/warm_start_expert_targets
 train "" "$EXPERT" --config.grpo.iterations=0 --config.sft.opid_fraction=0.5 --config.sft.opid_targets=expert
 [ -d "$RESULTS/warm_start_expert_targets" ] || \
   python experiments/record_run.py "$EXPERT" "$RESULTS/warm_start_expert_targets"
+probe() {  # workdir record-folder: the teacher-forced probe on OPID-format demonstrations, recorded
+  [ -f "$RESULTS/$2/probe_opid.json" ] || { mkdir -p "$RESULTS/$2" && python experiments/probe_demos.py \
+    --config=$CONFIG --config.workdir="$1" --step=0 --opid --games=40 > "$RESULTS/$2/probe_opid.json"; }
+}
+probe "$WARM" warm_start
+probe runs/sdar_table/warm_start sdar_warm_start
+probe "$EXPERT" warm_start_expert_targets
 for temperature in 1.0 0.4; do
   check "$WARM" warm_start "$temperature"
   check runs/sdar_table/warm_start sdar_warm_start "$temperature"

@@ -231,7 +231,23 @@ def retry_markdown(folder: Path) -> str:
     temperature = path.stem[len("eval_opid_hindsight_T"):]
     lines.append(f"| {path.parent.name} | {temperature} | {r['episodes']} | {r['success_without']:.1f} "
                  f"| {r['success_with']:.1f} | {d['mean']:+.1f} {ci} | {split[0]} | {split[1]} |")
-  return "\n".join(lines) if len(lines) > 2 else "Hindsight retry: no warm start checked yet."
+  retry = "\n".join(lines) if len(lines) > 2 else "Hindsight retry: no warm start checked yet."
+  return f"{retry}\n\n{probe_markdown(folder)}"
+
+
+def probe_markdown(folder: Path) -> str:
+  """The teacher-forced probes of warm starts (`probe_demos.py --opid`, recorded as `<warm start>/probe_opid.json`):
+  on OPID-format demonstrations of validation games, how often the checkpoint's argmax is the whole reply, and the
+  reply's mean probability, with the routed skills and with the plain prompt."""
+  lines = ["| warm start | route / review | replies | argmax = reply, with skills → plain | reply probability, "
+           "with skills → plain |", "|---|---|---|---|---|"]
+  for path in sorted(folder.glob("*/probe_opid.json")):
+    for part, r in json.loads(path.read_text())["opid"].items():
+      w, p = r["with_skills"], r["plain"]
+      if w["n"]:
+        lines.append(f"| {path.parent.name} | {part} | {w['n']} | {w['reply_accuracy']:.3f} → {p['reply_accuracy']:.3f} "
+                     f"| {w['reply_probability']:.3f} → {p['reply_probability']:.3f} |")
+  return "\n".join(lines) if len(lines) > 2 else "Teacher-forced probe: no warm start probed yet."
 
 
 HORIZON = (("validation success, T = 1.0 (%)", None), ("first-turn KL(π_old ‖ π_T)", "teacher/kl_turn0"),

@@ -256,6 +256,15 @@ def test_probe_cli_reads_a_checkpoint(uninterrupted, games_root):
   report = json.loads(out[out.index("{"):])
   assert report["step"] == ITERATIONS and report["expert"] == "explorer"
   assert report["decisions"] and all(0.0 <= v["verb_probability"] <= 1.0 for v in report["decisions"].values())
+  # --opid: OPID-format demonstrations scored with their routed skills and with the plain prompt, the same replies
+  out = _finish(subprocess.Popen(cmd[:-1] + ["--games=4", "--opid"], cwd=ROOT, stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL, text=True))
+  probe = json.loads(out[out.index("{"):])["opid"]
+  assert set(probe) == {"episode/whole", "episode/cut", "step/whole", "step/cut"}
+  assert probe["episode/whole"]["with_skills"]["n"] > 0
+  for part in probe.values():
+    assert part["with_skills"]["n"] == part["plain"]["n"]
+    assert part["with_skills"]["n"] == 0 or 0.0 <= part["plain"]["reply_probability"] <= 1.0
 
 
 def test_compare_reads_a_real_run_folder(uninterrupted, tmp_path):
