@@ -9,9 +9,10 @@
 #    (`sft.opid_fraction=0.5`, docs/opid.md), `grpo.iterations=0`.
 # 2. The teacher-forced probe of each warm start on OPID-format demonstrations of validation games, with and without
 #    the skills (`probe_demos.py --opid`). The check before any OPID run counts: the hindsight retry (`evaluate.py --opid_hindsight`) of this warm start,
-#    of SDAR's table's warm start (which never saw OPID's sections: the control) and of the warm start whose OPID
-#    demonstrations imitate the expert's own actions (`sft.opid_targets=expert`), at T = 1.0 and 0.4. If the paired
-#    difference's 95 % interval at T = 1.0 does not lie above zero for this warm start, the script stops.
+#    of SDAR's table's warm start (which never saw OPID's sections: the control) and of two variants of the OPID
+#    demonstrations (the expert's own actions, `sft.opid_targets=expert`; additive routing, `opid.route=additive`),
+#    at T = 1.0 and 0.4. If the paired difference's 95 % interval at T = 1.0 does not lie above zero for this warm
+#    start, the script stops.
 # 3. Per seed: the table's arms (configs/sweeps/opid_table.py), then for seeds 0-2 the ablations
 #    (configs/sweeps/opid_ablations.py); every finished run recorded in results/.
 # 4. One run with the `local` analyzer (the warm start served by agentopd_jax.serve behind the openai client), seed 0,
@@ -36,11 +37,16 @@ check() {  # workdir record-folder temperature: the hindsight retry of a warm st
     python experiments/record_run.py --eval "$workdir/eval_opid_hindsight_T$3/eval.json" "$dest"
   fi
 }
-# The ablation of the demonstrations' targets: the expert's own actions under the episode skill (docs/opid.md).
+# Two variants of the demonstrations: the expert's own actions under the episode skill (docs/opid.md), and
+# additive routing (a step skill's step reads the episode skill too, so that it also sits after a detour).
 EXPERT=runs/opid_table/warm_start_expert_targets
+ADDITIVE=runs/opid_table/warm_start_additive
 train "" "$EXPERT" --config.grpo.iterations=0 --config.sft.opid_fraction=0.5 --config.sft.opid_targets=expert
-[ -d "$RESULTS/warm_start_expert_targets" ] || \
-  python experiments/record_run.py "$EXPERT" "$RESULTS/warm_start_expert_targets"
+train "" "$ADDITIVE" --config.grpo.iterations=0 --config.sft.opid_fraction=0.5 --config.opid.route=additive
+for variant in "$EXPERT" "$ADDITIVE"; do
+  [ -d "$RESULTS/$(basename "$variant")" ] || \
+    python experiments/record_run.py "$variant" "$RESULTS/$(basename "$variant")"
+done
 probe() {  # workdir record-folder: the teacher-forced probe on OPID-format demonstrations, recorded
   [ -f "$RESULTS/$2/probe_opid.json" ] || { mkdir -p "$RESULTS/$2" && python experiments/probe_demos.py \
     --config=$CONFIG --config.workdir="$1" --step=0 --opid --games=40 > "$RESULTS/$2/probe_opid.json"; }
@@ -48,10 +54,12 @@ probe() {  # workdir record-folder: the teacher-forced probe on OPID-format demo
 probe "$WARM" warm_start
 probe runs/sdar_table/warm_start sdar_warm_start
 probe "$EXPERT" warm_start_expert_targets
+probe "$ADDITIVE" warm_start_additive
 for temperature in 1.0 0.4; do
   check "$WARM" warm_start "$temperature"
   check runs/sdar_table/warm_start sdar_warm_start "$temperature"
   check "$EXPERT" warm_start_expert_targets "$temperature"
+  check "$ADDITIVE" warm_start_additive "$temperature"
 done
 python - "$RESULTS/warm_start/eval_opid_hindsight_T1.0.json" <<'EOF'
 import json, sys
