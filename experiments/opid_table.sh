@@ -8,8 +8,9 @@
 # 1. The warm start, once: the CPU default's SFT with half the demo games also in OPID's injection format
 #    (`sft.opid_fraction=0.5`, docs/opid.md), `grpo.iterations=0`.
 # 2. The teacher-forced probe of each warm start on OPID-format demonstrations of validation games, with and without
-#    the skills (`probe_demos.py --opid`). The check before any OPID run counts: the hindsight retry (`evaluate.py --opid_hindsight`) of this warm start,
-#    of SDAR's table's warm start (which never saw OPID's sections: the control) and of two variants of the OPID
+#    the skills (`probe_demos.py --opid`). The check before any OPID run counts: the hindsight retry
+#    (`evaluate.py --opid_hindsight`) of this warm start, of SDAR's table's warm start (runs/sdar_table/warm_start,
+#    made by experiments/sdar_table.sh; it never saw OPID's sections: the control) and of two variants of the OPID
 #    demonstrations (the expert's own actions, `sft.opid_targets=expert`; additive routing, `opid.route=additive`),
 #    at T = 1.0 and 0.4. If the paired difference's 95 % interval at T = 1.0 does not lie above zero for this warm
 #    start, the script stops.
@@ -66,8 +67,8 @@ import json, sys
 retry = json.load(open(sys.argv[1]))["opid_hindsight"]
 low = retry["paired_difference"]["ci95"][0]
 print(f"[opid_table] hindsight retry at T = 1.0: {retry['success_without']:.1f} % -> {retry['success_with']:.1f} %, "
-      f"paired 95 % CI lower bound {low:+.1f}")
-sys.exit(0 if low > 0 else "[opid_table] the warm start does not read OPID's skills: no OPID run counts, stopping")
+      f"paired 95 % CI lower bound {low}")
+sys.exit(0 if low is not None and low > 0 else "[opid_table] the warm start does not read OPID's skills: no OPID run counts, stopping")
 EOF
 
 record_seed() {  # root seed: record every finished run of a sweep root for that seed

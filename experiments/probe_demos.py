@@ -25,6 +25,7 @@ from ml_collections import config_flags
 from agentopd_jax.eval.probe import demo_accuracy
 from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.methods.opid.demos import opid_demonstration_samples
+from agentopd_jax.methods.opid.injection import STEP_SECTION
 from agentopd_jax.rollout.demonstrations import demonstration_samples, play_demonstrations
 from agentopd_jax.envs import registry
 from agentopd_jax.storage.logs import configure_cli_logging
@@ -56,7 +57,7 @@ def opid_probe(c, config, params, tokenizer, games):
   out = {}
   for route in ("episode", "step"):
     for review in ("whole", "cut"):
-      picked = [x for x in samples if ("**Critical-Step Skill**" in x.prompt_text) == (route == "step")
+      picked = [x for x in samples if (f"**{STEP_SECTION[0]}**" in x.prompt_text) == (route == "step")
                 and x.won == (review == "whole")]
       bare = [dataclasses.replace(x, prompt_ids=chat.prompt_ids(plain[(x.traj_id, x.step_index)]))
               for x in picked]

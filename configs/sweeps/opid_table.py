@@ -8,8 +8,9 @@ experiments/opid_table.sh makes it and checks it first) and uses the oracle anal
 advantages, so every arm takes GRPO's rollouts and optimizer steps per iteration.
   grpo              the baseline
   opid_paper        OPID's w_ep = w_step = 0.001
-  opid_scaled       w = 0.3: at this scale a turn's reply is ~8 tokens against the paper's hundreds, and the warm
-                    start's Δ has a std of about 1 nat/token, so w·Δ is a third of GRPO's unit-std advantage
+  opid_scaled       w = 0.3, fixed before any run: a turn's reply here is ~8 tokens against the paper's hundreds,
+                    and the earlier OPID runs' mean Δ was −0.8 to −1.4 nats/token (docs/results.md), so w·Δ is a
+                    fraction of GRPO's unit-std advantage; this table's warm start's Δ is not measured yet
   opid_normalize    w = 0.3 on Δ z-scored over its routed tokens (`opid.normalize`)
 """
 import ml_collections

@@ -71,6 +71,7 @@ def opid_demonstration_samples(episodes: Sequence[DemoEpisode], review: Callable
   failed = 0
   for ep in episodes:
     actions = [s.action for s in ep.steps]
+    # The cut's own random stream (41), apart from the recovery mistakes' [seed, traj_id].
     cut = int(np.random.default_rng([seed, ep.traj_id, 41]).integers(1, len(actions))) if len(actions) > 1 else 0
     for steps in (len(actions), cut):
       if not steps:
