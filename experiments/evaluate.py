@@ -6,6 +6,7 @@
   python experiments/evaluate.py --config=configs/webshop.py --step=0 --traces   # + every episode's replies
   python experiments/evaluate.py --config=configs/alfworld.py --step=0 --skill_prompt=raw   # skills in context
   python experiments/evaluate.py --config=configs/alfworld.py --step=0 --opid_hindsight   # reads OPID's skills?
+  python experiments/evaluate.py --config=configs/alfworld.py --step=latest --panel_half=report --attempts=16
 
 Reports success overall and per group (the env's report columns: ALFWorld's task types, search-QA's data sources),
 mean reward, valid-action ratio, episode length and pass@k (k <= the attempts per problem), using the config's
@@ -16,6 +17,8 @@ Skill-Prompt evaluation: every prompt carries the skills retrieved from the env'
 message as Skill-GRPO's student does. `--opid_hindsight` plays the panel again with the oracle analyzer's episode
 skill of each first play spliced in as OPID injects it, and reports the paired difference
 (`agentopd_jax/methods/opid/retry.py`; the report's `opid_hindsight` entry, the first play being the plain one).
+`--panel_half` plays one half of the panel as Agentic-OPD's held-out split cuts it (`agentic_opd.selection_panel`):
+"report", the problems no teacher choice has seen, or "selection".
 """
 import json
 import os
@@ -28,6 +31,8 @@ from agentopd_jax.eval.report import evaluation_summary, write_report
 from agentopd_jax.eval.validate import validate
 from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.envs import registry
+from agentopd_jax.methods.agentic_opd.pool import split_panel
+from agentopd_jax.methods.opid.injection import Anchors
 from agentopd_jax.methods.opid.oracle import OracleAnalyzer
 from agentopd_jax.methods.opid.retry import hindsight_skills, retry_context, retry_summary
 from agentopd_jax.skills.context import SkillContext
@@ -52,6 +57,8 @@ _SKILL_PROMPT = flags.DEFINE_enum("skill_prompt", "", ["", "raw", "user"],
                                   "put retrieved skills in every prompt: 'raw' (SDAR's teacher) or 'user' (Skill-GRPO)")
 _OPID = flags.DEFINE_bool("opid_hindsight", False,
                           "replay the panel with the oracle's OPID episode skill of each first play in its prompts")
+_HALF = flags.DEFINE_enum("panel_half", "", ["", "selection", "report"],
+                           "play one half of the panel as agentic_opd's held-out split cuts it ('': all of it)")
 _TRACES = flags.DEFINE_bool("traces", False, "also write traces.jsonl (each episode's replies) to the report folder")
 
 
@@ -73,7 +80,8 @@ def opid_retry(c, engine, params, panel, attempts, first, validation_sampling):
   skills = hindsight_skills(first, tasks, analyzer, engine.text_env_factory().project)
   second = []
   validate(engine, params, panel, attempts, validation_key(c), validation_sampling, second,
-           context=retry_context(skills), group_of=registry.get(c.env.name).group_of)
+           context=retry_context(skills, Anchors.of(engine.text_env_factory().prompt_anchors)),
+           group_of=registry.get(c.env.name).group_of)
   return retry_summary(first, second, skills)
 
 
@@ -87,6 +95,10 @@ def main(argv):
   spec = registry.get(c.env.name)
   _, valid_games = spec.tasks(c.env)
   panel = valid_games[:c.validation.num_tasks]
+  if _HALF.value:
+    halves = dict(zip(("selection", "report"), split_panel([str(task) for task in panel])))
+    panel = [task for task in panel if str(task) in halves[_HALF.value]]
+    label += f", {_HALF.value} half of the panel"
   engine = rollout_engine(c, config, tokenizer, mesh, len(panel) * attempts)
   if _OPID.value and _SKILL_PROMPT.value:
     sys.exit("--opid_hindsight and --skill_prompt are two evaluations: pass one of them")

@@ -9,9 +9,14 @@
 # 2. The pool: configs/alfworld.py:forgetting from that warm start, 8 iterations of look_at_obj_in_light, then 12
 #    of pick_and_place at lr 3e-4, a validated checkpoint every 2.
 # 3. Skill, not luck: the end of phase A (step 8) and the last checkpoint re-evaluated with $ATTEMPTS attempts per
-#    problem, compared problem by problem (experiments/forgetting.py); the pool's coverage (experiments/coverage.py).
-# 4. Agentic-OPD on that pool against continued GRPO, 5 seeds (configs/sweeps/forgetting_opd.py), and the tables:
-#    final per-type success, and each method's per-type change from the student.
+#    problem, compared problem by problem (experiments/forgetting.py); the pool's coverage (experiments/coverage.py),
+#    and F1 confirmed on independent attempts, from the pool's record (results/forgetting/pool-s0).
+# 4. Agentic-OPD on that pool against continued GRPO, 5 seeds (configs/sweeps/forgetting_opd.py), and the
+#    composition, SDAR's gate over the pool's step 8 against plain distillation from it, 3 seeds
+#    (configs/sweeps/composition.py).
+# 5. Records (results/forgetting_opd, results/composition): every run, its last checkpoint on the report half of the
+#    128-game panel with $ATTEMPTS attempts per game (`eval_report$ATTEMPTS.json`), and the student the same way per
+#    seed (`student/`); then the tables, per task type, paired by seed (experiments/tables.py --endpoint).
 set -euo pipefail
 ATTEMPTS=${ATTEMPTS:-16}
 CONFIG=configs/alfworld.py
@@ -31,6 +36,30 @@ done
 python experiments/forgetting.py --then="$POOL/eval_8/eval.json" --now="$POOL/eval_latest/eval.json"
 python experiments/coverage.py --run_dir="$POOL" --student_step=latest
 python experiments/coverage.py --run_dir="$POOL" --student_step=latest --solved_rule=majority --out="$POOL/coverage_majority"
+RUNS=$POOL NAME=pool-s0 METHOD=pool RESULTS=results/forgetting bash experiments/coverage_confirm.sh
 python experiments/sweep.py --sweep=configs/sweeps/forgetting_opd.py
-python experiments/compare.py runs/sweeps/forgetting_opd --baseline=continued_grpo --plot runs/sweeps/forgetting_opd/curves.png
-python experiments/compare.py runs/sweeps/forgetting_opd --baseline=continued_grpo --since=0
+python experiments/sweep.py --sweep=configs/sweeps/composition.py
+
+report_eval() {  # workdir seed dest: the last checkpoint on the panel's report half, $ATTEMPTS attempts per game
+  local out=$1/eval_report${ATTEMPTS}_s$2
+  if [ ! -f "$3" ]; then
+    python experiments/evaluate.py --config="$CONFIG" --config.workdir="$1" --config.seed="$2" \
+      --config.validation.num_tasks=128 --step=latest --panel_half=report --attempts="$ATTEMPTS" --out="$out"
+    python experiments/record_run.py --eval "$out/eval.json" "$3"
+  fi
+}
+EVAL=report$ATTEMPTS
+for seed in 0 1 2 3 4; do
+  report_eval "$POOL" "$seed" "results/forgetting_opd/student/eval_${EVAL}_s$seed.json"
+done
+mkdir -p results/composition/student
+cp results/forgetting_opd/student/eval_"$EVAL"_s[012].json results/composition/student/
+for table in forgetting_opd composition; do
+  for run in runs/sweeps/$table/*-s[0-9]*; do
+    [ -f "$run/summary.json" ] || continue
+    [ -d "results/$table/$(basename "$run")" ] || python experiments/record_run.py "$run" "results/$table/$(basename "$run")"
+    report_eval "$run" "${run##*-s}" "results/$table/$(basename "$run")/eval_$EVAL.json"
+  done
+done
+python experiments/tables.py results/forgetting_opd --endpoint "$EVAL" --against results/forgetting_opd:static_best,continued_grpo
+python experiments/tables.py results/composition --endpoint "$EVAL" --against results/composition:default,opsd

@@ -25,7 +25,7 @@ from ml_collections import config_flags
 from agentopd_jax.eval.probe import demo_accuracy
 from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.methods.opid.demos import opid_demonstration_samples
-from agentopd_jax.methods.opid.injection import STEP_SECTION
+from agentopd_jax.methods.opid.injection import STEP_SECTION, Anchors
 from agentopd_jax.rollout.demonstrations import demonstration_samples, play_demonstrations
 from agentopd_jax.envs import registry
 from agentopd_jax.storage.logs import configure_cli_logging
@@ -51,8 +51,10 @@ def opid_probe(c, config, params, tokenizer, games):
   episodes = play_demonstrations(demonstration_env(c), text_env_factory(c), games,
                                  spec.expert_policy(c.env, c.sft.skill_expert or c.sft.expert), "step")
   cfg = from_config_dict(c)
-  samples, _ = opid_demonstration_samples(episodes, spec.hindsight(c.env), chat, text_env_factory(c)().demo_reply,
-                                          cfg.opid, cfg.rollout.max_prompt_tokens, targets=cfg.sft.opid_targets)
+  text_env = text_env_factory(c)()
+  samples, _ = opid_demonstration_samples(episodes, spec.hindsight(c.env), chat, text_env.demo_reply, cfg.opid,
+                                          cfg.rollout.max_prompt_tokens, targets=cfg.sft.opid_targets,
+                                          anchors=Anchors.of(text_env.prompt_anchors))
   plain = {(e.traj_id, t): step.prompt for e in episodes for t, step in enumerate(e.steps)}
   out = {}
   for route in ("episode", "step"):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from agentopd_jax.envs import registry
-from agentopd_jax.eval.coverage import (coverage_report, forgetting_markdown, forgetting_report, historical_gap,
+from agentopd_jax.eval.coverage import (confirmation_report, coverage_report, forgetting_markdown, forgetting_report, historical_gap,
                                         is_solved, run_group_of, solved_set, to_markdown)
 from agentopd_jax.storage.checkpoints import CheckpointPool
 
@@ -177,3 +177,50 @@ def test_forgetting_report_tells_skill_from_luck_by_hand_values(tmp_path):
   no_run = subprocess.run([sys.executable, "experiments/forgetting.py", f"--then={tmp_path / 'now.json'}",
                            f"--now={tmp_path / 'now.json'}"], cwd=REPO, capture_output=True, text=True, timeout=300)
   assert no_run.returncode != 0 and "no config.json" in no_run.stderr and "--run_dir" in no_run.stderr
+
+
+def test_confirmation_report_by_hand():
+  """F1's union-only problems, picked on one set of attempts and rated on another."""
+  a, b, c, d = "a", "b", "c", "d"
+  select = {0: {a: (1, 4), b: (0, 4), c: (0, 4), d: (2, 4)}, 4: {a: (0, 4), b: (2, 4), c: (1, 4), d: (0, 4)},
+            8: {a: (3, 4), b: (0, 4), c: (0, 4), d: (0, 4)}}
+  confirm = {0: {a: (0, 4), b: (1, 4), c: (0, 4), d: (4, 4)}, 4: {a: (1, 4), b: (3, 4), c: (0, 4), d: (0, 4)},
+             8: {a: (2, 4), b: (1, 4), c: (1, 4), d: (0, 4)}}
+  r = confirmation_report(select, confirm, best_step=8)
+  # union-only: b (solved by 4), c (4), d (0); confirming rates solvers vs best: 75 vs 25, 0 vs 25, 100 vs 0
+  assert r["only_union"] == 3 and {p: q["solvers"] for p, q in r["problems"].items()} == {b: [4], c: [4], d: [0]}
+  assert [(q["solvers_rate"], q["best_rate"]) for q in r["problems"].values()] == [(75, 25), (0, 25), (100, 0)]
+  assert r["select"] == {"union": 4, "best": 1, "union_over_best": 4.0}
+  assert r["confirm"] == {"union": 4, "best": 3, "union_over_best": 4 / 3}
+  assert r["solvers_rate"] == pytest.approx(175 / 3) and r["best_rate"] == pytest.approx(50 / 3)
+  # differences 50, -25, 100: mean 125/3, sd = sqrt(71250 / 18) = 62.9153, t(0.975, 2) = 4.302653 -> 156.2902
+  assert r["difference"]["mean"] == pytest.approx(125 / 3)
+  assert r["difference"]["ci95"] == pytest.approx([125 / 3 - 156.2902, 125 / 3 + 156.2902], abs=1e-3)
+  with pytest.raises(ValueError, match=r"no outcomes of steps \[4\]"):
+    confirmation_report(select, {0: confirm[0], 8: confirm[8]}, 8)
+  with pytest.raises(ValueError, match="'d' is missing"):
+    confirmation_report(select, {s: {p: o for p, o in v.items() if p != d} for s, v in confirm.items()}, 8)
+
+
+@pytest.mark.parametrize("coverage", [False, True])
+def test_confirmation_separates_luck_from_coverage(coverage):
+  """Checkpoints of equal skill: the union's extra problems are luck, and the solvers are not ahead on new attempts.
+  Checkpoints that each know problems the others do not: the solvers stay ahead."""
+  rng = np.random.default_rng(0)
+  problems = [f"p{i}" for i in range(600)]
+  base = rng.uniform(0.0, 0.4, len(problems))
+  rates = {s: base.copy() for s in (0, 4, 8)}
+  if coverage:  # each earlier checkpoint is much better on its own third of the problems
+    for k, s in enumerate((0, 4)):
+      rates[s][k::3] = np.minimum(1.0, rates[s][k::3] + 0.5)
+
+  def play():
+    return {s: {p: (int(rng.binomial(4, r[i])), 4) for i, p in enumerate(problems)} for s, r in rates.items()}
+
+  r = confirmation_report(play(), play(), best_step=8)
+  lo, hi = r["difference"]["ci95"]
+  assert r["only_union"] > 100
+  if coverage:
+    assert lo > 10
+  else:
+    assert lo < 0 < hi and abs(r["difference"]["mean"]) < 3

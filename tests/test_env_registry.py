@@ -62,6 +62,27 @@ def test_an_unknown_expert_names_the_field_and_the_env():
     registry.get("search").expert_policy(None, "explorer")
 
 
+def test_alfworld_demonstrations_do_not_depend_on_where_the_games_live(tmp_path):
+  """The explorers' searches are seeded by the game's folder below its data root, so the same games copied
+  elsewhere (another user's cache) give the same demonstrations."""
+  pytest.importorskip("alfworld", reason="generating games needs the alfworld wheel's domain files")
+  import shutil
+
+  from agentopd_jax.envs.alfworld import generator
+  from agentopd_jax.envs.alfworld.spec import expert_actions, game_name
+
+  here = tmp_path / "a"
+  generator.generate(str(here), sizes={"valid_seen": 4})
+  there = shutil.copytree(here, tmp_path / "elsewhere" / "cache")
+  games = sorted(here.rglob("*.tw-pddl"))
+  assert len(games) == 4
+  for game in games:
+    moved = there / game.relative_to(here)
+    assert game_name(str(game)) == game_name(str(moved)) and game_name(str(game)).startswith("valid_seen/")
+    for expert in ("explorer", "skilled_explorer"):
+      assert expert_actions(str(game), expert) == expert_actions(str(moved), expert)
+
+
 def test_training_names_no_env():
   """No module of `training/` imports an env package or compares against an env's name: what a run plays comes
   from the spec of `env.name`, so a new env touches only its own folder."""

@@ -650,3 +650,61 @@ def test_openai_backend_needs_a_key_and_model(monkeypatch):
     OpenAIBackend("m", base_url="http://127.0.0.1:9/v1")
   with pytest.raises(ValueError, match="opid.analyzer_model"):
     OpenAIBackend("", api_key="k")
+
+
+# ---------------------------------------------------------------------------------- the env's splice points
+def _blocks(text, *markers):
+  return [text.index(m) for m in markers]
+
+
+def test_compact_alfworld_prompts_take_the_sections_at_the_same_places_every_step():
+  """Our compact templates have neither of OPID's anchors past the first step ("Your task is to:" then lives only in
+  an observation of the history, and there is no "Now it's your turn"). With the env's own anchors the episode skill
+  follows the task line and the step skill precedes the reply instruction at every step; OPID's would splice the
+  skill into the history, or after the reply instruction once the reset observation leaves the window."""
+  from agentopd_jax.envs.alfworld.text import AlfworldText
+  from agentopd_jax.methods.opid.injection import Anchors
+
+  env = AlfworldText(history_length=2, compact=True)
+  env.begin("-= Welcome =-\nYou see a desk 1.\n\nYour task is to: put a mug on the desk.",
+            {"admissible_commands": ["go to desk 1", "look"]})
+  anchors = Anchors.of(env.prompt_anchors)
+  for step in range(4):
+    prompt = env.step_prompt()
+    both = augment_observation(prompt, "Check price first.", "Search red mug.", anchors)
+    ep, st, reply = _blocks(both, EP_BLOCK, STEP_BLOCK, "Reply with one admissible action")
+    assert ep < st < reply and both[st + len(STEP_BLOCK):].startswith("\n\nReply with one admissible action")
+    task_line = "Your task is to: put a mug on the desk." if step == 0 else "Task: put a mug on the desk."
+    assert both[:ep] == prompt[:prompt.index(task_line) + len(task_line)] + "\n\n"
+    assert task_description(prompt, anchors) == "put a mug on the desk."
+    authors = augment_observation(prompt, "Check price first.")
+    if step in (1, 2):  # the reset observation is in the history window: OPID's rule splices inside it
+      assert authors.index(EP_BLOCK) > authors.index("Observation 1")
+    if step == 3:       # it has left the window: appended after the reply instruction
+      assert authors.endswith(EP_BLOCK)
+    env.observe("go to desk 1", f"You arrive at desk 1 ({step}).", {"admissible_commands": ["look"]})
+  assert AlfworldText(compact=False).prompt_anchors is None  # verl-agent's template: OPID's anchors, as written
+
+
+def test_compact_webshop_and_search_prompts_name_their_anchors():
+  from agentopd_jax.envs.search.text import SearchText
+  from agentopd_jax.envs.verl_agent.memory import SimpleMemory
+  from agentopd_jax.envs.webshop import prompts as webshop
+  from agentopd_jax.methods.opid.injection import Anchors
+
+  anchors = Anchors.of(webshop.WEBSHOP_COMPACT_ANCHORS)
+  memory = SimpleMemory()
+  for step in range(2):
+    prompt = webshop.render("Results page.", {"clickables": ["b01"], "has_search_bar": False}, "a red mug", memory,
+                            2, compact=True)
+    both = augment_observation(prompt, "Check price first.", "Search red mug.", anchors)
+    assert both.startswith(f"Task: a red mug\n\n{EP_BLOCK}\n\n") and f"{STEP_BLOCK}\n\nReply with one action" in both
+    assert task_description(prompt, anchors) == "a red mug"
+    memory.store("Results page.", "click[b01]")
+  search = SearchText(compact=True)
+  search.begin("who wrote it?", {"question": "who wrote it?"})
+  anchors = Anchors.of(search.prompt_anchors)
+  both = augment_observation(search.step_prompt(), "Check price first.", "Search red mug.", anchors)
+  assert both.startswith(f"Question: who wrote it?\n\n{EP_BLOCK}\n\n") and f"{STEP_BLOCK}\n\nReply <search>" in both
+  assert task_description(search.step_prompt(), anchors) == "who wrote it?"
+  assert SearchText(compact=False).prompt_anchors is None

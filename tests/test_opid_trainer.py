@@ -18,9 +18,10 @@ from agentopd_jax.models import config as model_config, transformer  # noqa: E40
 from agentopd_jax.scoring.teacher_signals import score_teacher  # noqa: E402
 from agentopd_jax.methods.opid import hindsight  # noqa: E402
 from agentopd_jax.methods.opid.config import OpidConfig  # noqa: E402
-from agentopd_jax.methods.opid.injection import augment_observation  # noqa: E402
+from agentopd_jax.methods.opid.injection import Anchors, augment_observation  # noqa: E402
 from agentopd_jax.methods.opid.method import Opid  # noqa: E402
 from agentopd_jax.training import trainer  # noqa: E402
+from agentopd_jax.training.assembly import text_env_factory  # noqa: E402
 from agentopd_jax.storage.checkpoints import CheckpointPool  # noqa: E402
 from agentopd_jax.storage.logs import read_metrics  # noqa: E402
 from agentopd_jax.training.config import from_config_dict  # noqa: E402
@@ -95,6 +96,7 @@ def test_every_trajectory_is_analysed_and_its_steps_routed(opid_run):
 def test_each_routed_sample_is_scored_once_under_its_skill_prompt(opid_run):
   _, c, seen = opid_run
   assert len(seen["scored"]) == 4  # per iteration: the episode route's samples, then the step route's
+  anchors = Anchors.of(text_env_factory(c)().prompt_anchors)  # the run's prompt format's splice points
   for (samples, episode_adv, out, results, params, chat, limit), (ep_seqs, step_seqs) in zip(
       seen["advantages"], zip(seen["scored"][::2], seen["scored"][1::2])):
     assert len(ep_seqs) + len(step_seqs) == len(samples)  # one teacher forward per sample, none twice
@@ -104,7 +106,7 @@ def test_each_routed_sample_is_scored_once_under_its_skill_prompt(opid_run):
         s = by_key[(t.traj_id, t.step_index)]
         analysis = results[s.traj_id]
         skill = analysis.episode_skill if route == "episode" else analysis.step_skills[s.step_index]
-        text = augment_observation(s.prompt_text, **{f"{route}_skill": skill})
+        text = augment_observation(s.prompt_text, **{f"{route}_skill": skill}, anchors=anchors)
         assert f"[{skill}]" in text and t.completion_ids == s.completion_ids
         assert t.prompt_ids == chat.prompt_ids(text)[-limit:] and limit == c.rollout.max_prompt_tokens
     # A^OPID = A^ep + w·(log π_old(y | ĥ) − behaviour log-prob), token by token, w = 1 on both routes, both

@@ -147,7 +147,9 @@ def test_the_warm_start_adds_opid_demonstrations_that_the_oracle_review_makes(tm
   assert any("Avoid" in s.prompt_text for s in added if not s.won)
   for s in added:
     if "**Critical-Step Skill**" in s.prompt_text:  # the reply is the action the step skill names
-      advice = s.prompt_text.split("[", )[-1].split(" next:")[0]
+      advice = s.prompt_text.split("for this decision only:\n[")[1].split(" next:")[0]
+      # the section sits before the reply instruction, as the compact template's anchors place it
+      assert s.prompt_text.rstrip().endswith("Reply with one admissible action inside <action> </action> tags.")
       assert s.response_text == f"<action>{advice[:1].lower() + advice[1:]}</action>"
   from agentopd_jax.training.config import from_config_dict
   key = reuse.warm_start_key(from_config_dict(c), 0)

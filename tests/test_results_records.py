@@ -79,6 +79,7 @@ def test_sdar_tables_match_their_records():
   """SDAR's tables (experiments/sdar_table.sh and its sweeps): every generated block of docs/results.md is the output
   of the command its opening marker names, run on the records in results/, verbatim; the main table is there; and
   every recorded run's validations are its per-episode outcomes."""
+  import dataclasses
   from pathlib import Path
 
   from agentopd_jax.eval.records import load_table
@@ -89,10 +90,11 @@ def test_sdar_tables_match_their_records():
                       r"(.*?)\n<!-- /\1 -->", text, re.S)
   assert "sdar_table" in [b[0] for b in blocks]
   for name, flags, block in blocks:
-    against = re.search(r"--against (\S+)", flags)
     folder = Path(ROOT, "results", name)
-    assert block == report.report(folder, Path(ROOT, against[1]).as_posix() if against else "",
-                                  "--horizon" in flags, "--retry" in flags), name
+    options = report.block_of(report.parse([str(folder)] + flags.split()))
+    if options.against:  # its folder, relative to the repository root
+      options = dataclasses.replace(options, against=Path(ROOT, options.against).as_posix())
+    assert block == report.report(folder, options), name
     table = load_table(folder)
     for method, seeds in table.runs.items():
       for seed, run in seeds.items():
@@ -124,7 +126,7 @@ def test_opid_tables_by_hand(tmp_path):
            "first_lost": {"episodes": 6, "success_without": 0.0, "success_with": 100 / 3},
            "paired_difference": {"problems": 4, "mean": 25.0, "ci95": [-1.5, 51.5]}, "outcomes": {}}
   (folder / "warm_start" / "eval_opid_hindsight_T1.0.json").write_text(json.dumps({"opid_hindsight": retry}))
-  assert report.report(folder, retry=True).splitlines()[2] == (
+  assert report.report(folder, report.Block(retry=True)).splitlines()[2] == (
       "| warm_start | 1.0 | 8 | 25.0 | 50.0 | +25.0 [-1.5, +51.5] | 100.0 → 100.0 (2) | 0.0 → 33.3 (6) |")
 
   def run(name, seed, success, opid):
@@ -143,10 +145,71 @@ def test_opid_tables_by_hand(tmp_path):
   for seed, (g, o) in enumerate(((0.10, 0.15), (0.20, 0.20), (0.30, 0.40))):
     run("grpo", seed, g, False)
     run("opid_scaled", seed, o, True)
-  block = report.report(folder, against=f"{folder}:grpo").splitlines()
+  block = report.report(folder, report.Block(against=f"{folder}:grpo")).splitlines()
   assert block[2] == "| grpo (baseline) | 0,1,2 of 5 | 20.0 ± 10.0 | – | – | 2.00 | 100 |"
   row = {line.split(" | ")[0]: line for line in block[:block.index("")]}
   assert row["| opid_scaled"].startswith("| opid_scaled | 0,1,2 of 5 | 25.0 ± 13.2 | +5.0 [")
   assert row["| opid_paper"] == "| opid_paper | – of 5 | missing: not run yet | – | – | – | – |"  # planned, no record
   assert "| grpo" not in row
   assert block[-1] == "| opid_scaled | 0.750 | -1.500 | 1.000 | -2.000 | 2.000 | 1.000 | 0 | 9 |"
+
+
+def test_coverage_table_by_hand(tmp_path):
+  """F1's confirmation block: the best checkpoint picked from the run's validations (ties: the newer step), its
+  union-only problems rated on the confirming attempts, and a run whose steps are not all confirmed yet."""
+  report = _tables_script()
+  folder = tmp_path / "t"
+  select = {"0": {"a": [1, 4], "b": [0, 4]}, "4": {"a": [0, 4], "b": [1, 4]}}  # tie on successes: step 4 is best
+  for seed, confirm in ((0, {"0": {"a": [3, 4], "b": [0, 4]}, "4": {"a": [1, 4], "b": [2, 4]}}), (1, {})):
+    d = folder / f"default-s{seed}"
+    d.mkdir(parents=True)
+    (d / "outcomes.json").write_text(json.dumps(select))
+    for step, outcomes in confirm.items():
+      (d / f"confirm_step{step}.json").write_text(json.dumps({"outcomes": outcomes}))
+  lines = report.report(folder, report.Block(coverage="default")).splitlines()
+  # best = 4 solves {b}; only the union solves a (by step 0): confirming 75 % by step 0 against 25 % by step 4
+  assert lines[2] == "| 0 | 4 | 2 / 1 | 2 / 2 | 1 | 75.0 | 25.0 | +50.0 – |"
+  assert lines[3] == "| 1 | – | – | – | – | – | – | not confirmed yet |"
+  assert lines[-1].startswith("Solvers − best over the 1 union-only problems of 1 seeds: +50.0 points –")
+
+
+def test_per_group_endpoint_table_by_hand(tmp_path):
+  """`--endpoint EVAL`: each arm's evaluation per task group below the student's, then the paired differences per
+  group against each method `--against` names."""
+  report = _tables_script()
+  folder = tmp_path / "forgetting_opd"   # a planned sweep: configs/sweeps/forgetting_opd.py's six arms, 5 seeds
+
+  def evaluation(all_, look, pick):
+    return {"success_rate": all_ / 100, "per_type": {
+        "Pick": {"success_rate": pick / 100, "episodes": 32}, "Look": {"success_rate": look / 100, "episodes": 32},
+        "Clean": {"success_rate": None, "episodes": 0}, "All": {"success_rate": all_ / 100, "episodes": 64}}}
+
+  (folder / "student").mkdir(parents=True)
+  for seed in (0, 1):
+    (folder / "student" / f"eval_report16_s{seed}.json").write_text(json.dumps(evaluation(15, 10, 20)))
+  results = {"static_best": ((30, 40, 20), (26, 36, 16)), "continued_grpo": ((20, 12, 28), (22, 14, 30)),
+             "hcn_lad": ((25, 30, 20), (27, 34, 20))}
+  for arm, per_seed in results.items():
+    for seed, values in enumerate(per_seed):
+      d = folder / f"{arm}-s{seed}"
+      d.mkdir()
+      d.joinpath("metrics.jsonl").write_text(json.dumps({"phase": "train", "step": 1, "batch/updates": 2.0,
+                                                         "batch/samples": 90.0}))
+      d.joinpath("summary.json").write_text("{}")
+      d.joinpath("eval_report16.json").write_text(json.dumps(evaluation(*values)))
+  lines = report.report(folder, report.Block(endpoint="report16",
+                                              against=f"{folder}:static_best,continued_grpo")).splitlines()
+  assert lines[0].startswith("| arm | seeds | All (%) | Pick (%) | Look (%) |")
+  assert lines[2] == "| student (the start) | 0,1 | 15.0 ± 0.0 | 20.0 ± 0.0 | 10.0 ± 0.0 | – | – |"
+  row = {line.split(" | ")[0]: line for line in lines[:lines.index("")]}
+  assert row["| static_best"] == "| static_best | 0,1 of 5 | 28.0 ± 2.8 | 18.0 ± 2.8 | 38.0 ± 2.8 | 2.00 | 90 |"
+  assert row["| random_teacher"].startswith("| random_teacher | – of 5 | missing: not run yet |")
+  against_best = lines[lines.index("") + 3:]
+  # hcn_lad − static_best: All -5, +1 (mean -2, sd 4.243: t(0.975, 1) = 12.706 -> half-width 38.1); Look -10, -2
+  hcn = next(line for line in against_best if line.startswith("| hcn_lad"))
+  assert hcn.startswith("| hcn_lad | -2.0 [-40.1, +36.1] | ")
+  grpo_vs_best = next(line for line in against_best if line.startswith("| continued_grpo"))
+  assert "| +11.0 [" in grpo_vs_best  # Pick: 28 − 20 and 30 − 16
+  against_grpo = lines[len(lines) - lines[::-1].index("") + 2:]  # the second reference's table
+  assert against_grpo[1].startswith("| static_best | +7.0 [")  # All: 30 − 20 and 26 − 22
+  assert against_grpo[-1] == "| hcn_lad_routed | – | – | – | – | – | – |"

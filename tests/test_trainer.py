@@ -21,6 +21,7 @@ import pytest
 
 pytest.importorskip("alfworld", reason="generating games needs the alfworld wheel's domain files ([envs] extra)")
 
+from agentopd_jax.envs import registry  # noqa: E402
 from agentopd_jax.envs.alfworld import generator  # noqa: E402
 from agentopd_jax.models import config as model_config, transformer  # noqa: E402
 from agentopd_jax.storage.checkpoints import CheckpointPool  # noqa: E402
@@ -246,6 +247,15 @@ def test_evaluate_reproduces_the_training_validation(uninterrupted, games_root):
   assert report["success_rate"] == recorded["metrics"]["val/success_rate"]
   assert report["valid_action_ratio"] == pytest.approx(recorded["metrics"]["val/valid_action_ratio"])
   assert report["length_mean"] == pytest.approx(recorded["metrics"]["val/length/mean"])
+  # --panel_half=report: the second half of the panel in play order, as agentic_opd's held-out split cuts it
+  subprocess.run(cmd[:-1] + [f"--out={out_dir}_report", "--panel_half=report"], cwd=ROOT, check=True,
+                 capture_output=True, timeout=600)
+  half = json.loads(open(os.path.join(f"{out_dir}_report", "eval.json")).read())
+  import ml_collections
+
+  env_cfg = ml_collections.ConfigDict(json.load(open(os.path.join(uninterrupted, "config.json")))["env"])
+  panel = [str(t) for t in registry.get("alfworld").tasks(env_cfg)[1][:len(report["outcomes"])]]
+  assert set(half["outcomes"]) == set(panel[-(-len(panel) // 2):]) and "report half" in half["evaluated"]
 
 
 def test_probe_cli_reads_a_checkpoint(uninterrupted, games_root):

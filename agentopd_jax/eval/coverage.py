@@ -114,6 +114,59 @@ def coverage_report(outcomes: Mapping[int, Outcomes], best_step: int, group_of: 
   return report
 
 
+def confirmation_report(select: Mapping[int, Outcomes], confirm: Mapping[int, Outcomes], best_step: int,
+                        rule: str = "any") -> dict:
+  """F1 with sampling luck taken out: the solved sets picked on one set of attempts, tested on an independent one.
+
+  With a few attempts per problem, the union over C checkpoints has C times the best one's attempts, so it solves
+  more problems by luck alone. `select` ({step: outcomes}, e.g. the run's own validations) gives each checkpoint's
+  solved set (under `rule`) and the problems only the union solves, each with the checkpoints that solved it.
+  `confirm` holds the same checkpoints re-played on the same problems with independent random numbers. On it, each
+  union-only problem compares its solvers' success rate (their attempts pooled) with the best checkpoint's. Were
+  the union's extra problems luck, the two rates would be equal in expectation: selection favoured the solvers' luck
+  and the best one's bad luck, and neither carries over to new random numbers. Coverage shows as the solvers ahead.
+
+  Returns the union / best counts on each set, per union-only problem its solvers and both confirm rates, and over
+  those problems the mean difference (points) with its 95 % t interval and the Wilcoxon signed-rank p."""
+  from scipy import stats
+
+  from agentopd_jax.eval.compare import paired_ci
+
+  if best_step not in select:
+    raise ValueError(f"confirmation_report: best_step {best_step} is not among the steps {sorted(select)}")
+  missing = sorted(set(select) - set(confirm))
+  if missing:
+    raise ValueError(f"confirmation_report: the confirming set has no outcomes of steps {missing}")
+  chosen = {s: solved_set(o, rule) for s, o in select.items()}
+  union = frozenset().union(*chosen.values())
+  only = sorted(union - chosen[best_step])
+
+  def rate(steps, problem):
+    pairs = [confirm[s].get(problem) for s in steps]
+    if None in pairs:
+      raise ValueError(f"confirmation_report: problem {problem!r} is missing from the confirming outcomes")
+    return 100.0 * sum(s for s, _ in pairs) / sum(a for _, a in pairs)
+
+  problems = {}
+  for p in only:
+    solvers = [s for s in sorted(chosen) if p in chosen[s]]
+    problems[p] = {"solvers": solvers, "solvers_rate": rate(solvers, p), "best_rate": rate([best_step], p)}
+  diffs = [r["solvers_rate"] - r["best_rate"] for r in problems.values()]
+  mean, lo, hi = paired_ci(diffs) if diffs else (float("nan"),) * 3
+  confirmed = {s: solved_set(o, rule) for s, o in confirm.items() if s in select}
+
+  def counts(solved):
+    u, b = len(frozenset().union(*solved.values())), len(solved[best_step])
+    return {"union": u, "best": b, "union_over_best": _ratio(u, b)}
+
+  return {"solved_rule": rule, "steps": sorted(select), "best_step": best_step, "select": counts(chosen),
+          "confirm": counts(confirmed), "only_union": len(only), "problems": problems,
+          "solvers_rate": float(sum(r["solvers_rate"] for r in problems.values()) / len(only)) if only else None,
+          "best_rate": float(sum(r["best_rate"] for r in problems.values()) / len(only)) if only else None,
+          "difference": {"mean": mean, "ci95": [lo, hi],
+                         "wilcoxon_p": float(stats.wilcoxon(diffs).pvalue) if any(diffs) else None}}
+
+
 def forgetting_report(then: Outcomes, now: Outcomes, group_of: GroupOf, alpha: float = 0.05) -> dict:
   """Which problems a later checkpoint lost, telling skill from luck with many attempts per problem.
 

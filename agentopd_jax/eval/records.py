@@ -23,11 +23,13 @@ from agentopd_jax.eval.compare import holm, paired, paired_ci
 @dataclasses.dataclass
 class Record:
   """One trained run's record: validation success by step (%; `val_skills`: Skill-GRPO's panel with its skills),
-  its evaluations by name (%), and its per-iteration training metrics."""
+  its evaluations by name (%; `eval_groups`: per task group, "All" included), and its per-iteration training
+  metrics."""
   val: Dict[int, float]
   val_skills: Dict[int, float]
   evals: Dict[str, float]
   train: List[dict]
+  eval_groups: Dict[str, Dict[str, float]] = dataclasses.field(default_factory=dict)
 
   def series(self, key: str) -> Dict[int, float]:
     """{iteration: value} of one training metric, where logged."""
@@ -45,6 +47,11 @@ def _success(path: Path) -> float:
   return 100.0 * json.loads(path.read_text())["success_rate"]
 
 
+def eval_groups(report: dict) -> Dict[str, float]:
+  """{group: success %} of an evaluation report's groups that played an episode (its `per_type`)."""
+  return {g: 100.0 * r["success_rate"] for g, r in report.get("per_type", {}).items() if r["episodes"]}
+
+
 def load_record(folder: Path) -> Record:
   lines = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
   val = {r["step"]: r for r in lines if r.get("phase") == "val"}
@@ -52,7 +59,9 @@ def load_record(folder: Path) -> Record:
                 val_skills={s: 100.0 * r["val_skills/success_rate"] for s, r in val.items()
                             if "val_skills/success_rate" in r},
                 evals={p.stem[len("eval_"):]: _success(p) for p in sorted(folder.glob("eval_*.json"))},
-                train=[r for r in lines if r.get("phase") == "train"])
+                train=[r for r in lines if r.get("phase") == "train"],
+                eval_groups={p.stem[len("eval_"):]: eval_groups(json.loads(p.read_text()))
+                             for p in sorted(folder.glob("eval_*.json"))})
 
 
 def load_table(folder: Path) -> Table:

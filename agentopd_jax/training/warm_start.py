@@ -16,6 +16,7 @@ from agentopd_jax.envs import registry
 from agentopd_jax.objectives.registry import LossParams
 from agentopd_jax.parallel import distributed
 from agentopd_jax.methods.opid.demos import opid_demonstration_samples
+from agentopd_jax.methods.opid.injection import Anchors
 from agentopd_jax.rollout.demonstrations import demonstration_samples, play_demonstrations
 from agentopd_jax.skills.context import SkillContext
 from agentopd_jax.storage.checkpoints import run_params
@@ -138,9 +139,10 @@ def opid_demonstrations(parts: RunParts, games: List[Any], expert: str) -> List[
                      f"(its EnvSpec.hindsight is None)")
   episodes = play_demonstrations(demonstration_env(cfg), engine.text_env_factory, games,
                                  spec.expert_policy(cfg.env, expert), "step", cfg.sft.mistake_rate, base_seed(cfg))
-  samples, failed = opid_demonstration_samples(episodes, spec.hindsight(cfg.env), engine.chat,
-                                               engine.text_env_factory().demo_reply, cfg.opid,
-                                               cfg.rollout.max_prompt_tokens, base_seed(cfg), cfg.sft.opid_targets)
+  text_env = engine.text_env_factory()
+  samples, failed = opid_demonstration_samples(episodes, spec.hindsight(cfg.env), engine.chat, text_env.demo_reply,
+                                               cfg.opid, cfg.rollout.max_prompt_tokens, base_seed(cfg),
+                                               cfg.sft.opid_targets, Anchors.of(text_env.prompt_anchors))
   if failed:
     logger.warning("OPID demonstrations: %d reviews failed; their episodes are left out", failed)
   return samples

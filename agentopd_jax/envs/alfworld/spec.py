@@ -100,9 +100,16 @@ def expert_actions(gamefile: str, expert: str = "planner") -> List[str]:
   engine.reset()
   if expert == "planner":
     return solve(engine)
+  seed = zlib.crc32(game_name(gamefile).encode())
   if expert == "skilled_explorer":
-    return explore_then_solve(engine, seed=zlib.crc32(gamefile.encode()), first=SKILLED_FIRST, skip_destination=True)
-  return explore_then_solve(engine, seed=zlib.crc32(gamefile.encode()))
+    return explore_then_solve(engine, seed=seed, first=SKILLED_FIRST, skip_destination=True)
+  return explore_then_solve(engine, seed=seed)
+
+
+def game_name(gamefile: str) -> str:
+  """A game by its folder below the data root ("valid_seen/<task>/<trial>"): what seeds the explorer's search, so
+  its demonstrations are the same wherever the games live (the generated ones sit under the user's cache)."""
+  return "/".join(Path(gamefile).parts[-4:-1])
 
 
 def worker(env_cfg, max_steps: Optional[int] = None):

@@ -12,6 +12,7 @@ class AlfworldText(HistoryText):
   """ALFWorld under verl-agent's ALFWorld template (or our compact one, which asks for no <think> block)."""
 
   name = "alfworld"
+  compact_anchors = verl_agent.prompts.ALFWORLD_COMPACT_ANCHORS
 
   def __init__(self, history_length: int = 2, compact: bool = False, flavor: str = "verl-agent",
                invalid_penalty: float = verl_agent.INVALID_ACTION_PENALTY_COEF["alfworld"]):

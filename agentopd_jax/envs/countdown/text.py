@@ -45,6 +45,7 @@ class CountdownText(HistoryText):
   """Countdown under verl-agent's ALFWorld-style template (or our compact one, which asks for no <think> block)."""
 
   name = "countdown"
+  compact_anchors = prompts.ALFWORLD_COMPACT_ANCHORS  # its compact prompts are ALFWorld's
 
   def __init__(self, history_length: int = 2, compact: bool = False, flavor: str = "verl-agent",
                invalid_penalty: float = 0.1):

@@ -11,7 +11,8 @@ prefix followed by every action and observation so far. The compact template is 
 """
 from __future__ import annotations
 
-from agentopd_jax.envs.verl_agent.prompts import SEARCH_TEMPLATE, SEARCH_TEMPLATE_NO_HIS, render_search
+from agentopd_jax.envs.verl_agent.prompts import (SEARCH_TEMPLATE, SEARCH_TEMPLATE_NO_HIS, PromptAnchors,
+                                                  render_search)
 
 __all__ = ["SEARCH_TEMPLATE", "SEARCH_TEMPLATE_NO_HIS", "SEARCH_R1_PREFIX", "SEARCH_COMPACT_TEMPLATE",
            "SEARCH_COMPACT_TEMPLATE_NO_HIS", "FLAVORS", "make_prefix", "render"]
@@ -34,6 +35,10 @@ History:
 {memory_context}
 Reply <search> query </search> to search, or <answer> answer </answer> to answer.
 """
+
+# Where the compact templates state the question and ask for the reply (`PromptAnchors`): "Question: ..." heads both.
+SEARCH_COMPACT_ANCHORS = PromptAnchors(task=(r"^Question:\s*(.+?)(?:\n|$)",),
+                                       task_lines=(r"^Question: .*(?:\n|$)",), turns=("Reply <search>",))
 
 FLAVORS = ("verl-agent", "opid", "search-r1")
 

@@ -37,6 +37,12 @@ class SearchText:
     self.task = infos.get("question", observation)
     self.observation = ""
 
+  @property
+  def prompt_anchors(self):
+    """Where the prompts state the question and ask for the reply (`PromptAnchors`); None for the authors'
+    templates, whose "Your question:" / "Now it's your turn" anchors OPID was written for."""
+    return prompts.SEARCH_COMPACT_ANCHORS if self.compact else None
+
   def step_prompt(self) -> str:
     """This step's prompt with the text history (step-wise layout)."""
     return prompts.render(self.task, self.memory, self.history_length, self.compact, self.flavor)

@@ -14,6 +14,7 @@ means the first step, which uses the no-history template, as does `history_lengt
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 # --------------------- ALFWorld --------------------- #
@@ -110,6 +111,26 @@ Step {current_step} observation: {current_observation}
 Admissible actions: [{admissible_actions}]
 Reply with one admissible action inside <action> </action> tags.
 """
+
+@dataclasses.dataclass(frozen=True)
+class PromptAnchors:
+  """Where a prompt template states its task and asks for the reply, as regexes and strings: `task` finds the task
+  sentence (group 1), `task_lines` the line after which a section about the whole episode goes, `turns` the text
+  before which a section about the current step goes (first found wins in each). A method that adds sections to the
+  env's prompt (OPID's skills, `methods/opid/injection.py`) splices them there. verl-agent's templates need none:
+  OPID's own anchors ("Your task is to:", "Now it's your turn") are written for them. Our compact templates state
+  the task as "Task: ..." on their first line and close with their reply instruction, so they name their own."""
+  task: tuple
+  task_lines: tuple
+  turns: tuple
+
+
+# The compact ALFWorld prompts: "Task: ..." heads the history template; the no-history one has only the reset
+# observation, whose task sentence is ALFWorld's "Your task is to: ...".
+ALFWORLD_COMPACT_ANCHORS = PromptAnchors(
+    task=(r"^Task:\s*(.+?)(?:\n|$)", r"Your task is to:\s*(.+?)(?:\n|$)"),
+    task_lines=(r"^Task: .*(?:\n|$)", r"^.*\bYour task is to:\s*.*(?:\n|$)"),
+    turns=("Reply with one admissible action",))
 
 FLAVORS = ("verl-agent", "opid")
 _TASK_MARKER = "Your task is to: "

@@ -14,6 +14,7 @@ class HistoryText(abc.ABC):
   """A verl-agent text env with a `SimpleMemory` history (see the module docstring)."""
 
   name = ""
+  compact_anchors = None  # the compact template's `PromptAnchors` (each env's own)
 
   def __init__(self, history_length: int, compact: bool, flavor: str, invalid_penalty: float):
     self.history_length = history_length
@@ -30,6 +31,12 @@ class HistoryText(abc.ABC):
   @abc.abstractmethod
   def _show(self, observation: str, infos: Mapping) -> None:
     """Makes `observation` (and its admissible actions in `infos`) the current page."""
+
+  @property
+  def prompt_anchors(self):
+    """Where this env's prompts state the task and ask for the reply (`verl_agent.prompts.PromptAnchors`); None for
+    verl-agent's templates, whose anchors are the ones OPID was written for."""
+    return self.compact_anchors if self.compact else None
 
   def step_prompt(self) -> str:
     """This step's prompt with the text history (step-wise layout)."""

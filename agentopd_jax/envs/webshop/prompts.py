@@ -16,6 +16,7 @@ from agentopd_jax.envs.verl_agent.prompts import (
     WEBSHOP_TEMPLATE,
     WEBSHOP_TEMPLATE_NO_HIS,
     WEBSHOP_TEMPLATE_OPID,
+    PromptAnchors,
     format_available_actions,
     render_webshop,
     webshop_observation,
@@ -38,6 +39,10 @@ Actions:
 {available_actions}
 Reply with one action inside <action> </action> tags.
 """
+
+# Where the compact templates state the task and ask for the reply (`PromptAnchors`): "Task: ..." heads both.
+WEBSHOP_COMPACT_ANCHORS = PromptAnchors(task=(r"^Task:\s*(.+?)(?:\n|$)",), task_lines=(r"^Task: .*(?:\n|$)",),
+                                        turns=("Reply with one action",))
 
 # Its history lists the last actions without the pages they were taken on: a results page is ~200 tokens, and
 # repeating it made the item-page prompts of the CPU default twice as long, while what the policy needs from its past

@@ -24,6 +24,7 @@ class WebshopText(HistoryText):
   """WebShop under verl-agent's WebShop template (or our compact one, which asks for no <think> block)."""
 
   name = "webshop"
+  compact_anchors = prompts.WEBSHOP_COMPACT_ANCHORS
 
   def __init__(self, history_length: int = 2, compact: bool = False, flavor: str = "verl-agent",
                invalid_penalty: float = verl_agent.INVALID_ACTION_PENALTY_COEF["webshop"], reward: str = "success"):

@@ -25,7 +25,7 @@ import numpy as np
 
 from agentopd_jax.batching.samples import Sample
 from agentopd_jax.envs.hindsight import Review
-from agentopd_jax.methods.opid.injection import augment_observation, route
+from agentopd_jax.methods.opid.injection import OPID_ANCHORS, Anchors, augment_observation, route
 from agentopd_jax.methods.opid.oracle import analysis_of
 from agentopd_jax.rollout.chat import ChatFormat
 from agentopd_jax.rollout.demonstrations import DemoEpisode
@@ -35,7 +35,7 @@ TARGETS = ("skills", "expert")
 
 
 def _samples(ep: DemoEpisode, steps: int, review: Review, chat: ChatFormat, reply_of: Callable[[str], str],
-             opid_cfg, max_prompt_tokens: int, targets: str) -> List[Sample]:
+             opid_cfg, max_prompt_tokens: int, targets: str, anchors: Anchors) -> List[Sample]:
   """The first `steps` steps of `ep` under the skills of `review` (a review of those steps)."""
   analysis = analysis_of(review, [True] * steps, range(steps), opid_cfg.max_step_skills)
   out = []
@@ -46,7 +46,7 @@ def _samples(ep: DemoEpisode, steps: int, review: Review, chat: ChatFormat, repl
     action = reviewer or ("" if step_skill else own)
     if not action:
       continue
-    prompt = augment_observation(ep.steps[t].prompt, episode_skill, step_skill)
+    prompt = augment_observation(ep.steps[t].prompt, episode_skill, step_skill, anchors)
     reply = reply_of(action)
     ids = chat.reply_ids(reply)
     out.append(Sample(prompt_ids=chat.prompt_ids(prompt)[-max_prompt_tokens:], completion_ids=ids,
@@ -59,12 +59,14 @@ def _samples(ep: DemoEpisode, steps: int, review: Review, chat: ChatFormat, repl
 
 def opid_demonstration_samples(episodes: Sequence[DemoEpisode], review: Callable[[Any, Sequence[str]], Review],
                                chat: ChatFormat, reply_of: Callable[[str], str], opid_cfg, max_prompt_tokens: int,
-                               seed: int = 0, targets: str = "skills") -> Tuple[List[Sample], int]:
+                               seed: int = 0, targets: str = "skills", anchors: Anchors = OPID_ANCHORS
+                               ) -> Tuple[List[Sample], int]:
   """(samples, episodes whose review failed) for `episodes` in step layout (module docstring).
 
   `review(task, actions)`: the env's hindsight review (`EnvSpec.hindsight(env_cfg)`); `reply_of(action)`: the text
   env's `demo_reply`; `opid_cfg`: the run's `opid.*` (route, weights, max_step_skills). The cut of each episode is
-  a pure function of `seed` and its position; `targets`: what each step imitates (module docstring)."""
+  a pure function of `seed` and its position; `targets`: what each step imitates (module docstring); `anchors`:
+  where the env's prompt format takes the skill sections (`Anchors.of(text_env.prompt_anchors)`)."""
   if targets not in TARGETS:
     raise ValueError(f"sft.opid_targets must be one of {TARGETS}, got {targets!r}")
   out: List[Sample] = []
@@ -81,5 +83,5 @@ def opid_demonstration_samples(episodes: Sequence[DemoEpisode], review: Callable
       except Exception:  # a replay that does not reproduce the episode teaches nothing about it
         failed += 1
         continue
-      out += _samples(ep, steps, reviewed, chat, reply_of, opid_cfg, max_prompt_tokens, targets)
+      out += _samples(ep, steps, reviewed, chat, reply_of, opid_cfg, max_prompt_tokens, targets, anchors)
   return out, failed

@@ -34,7 +34,7 @@ from agentopd_jax.methods.opid.advantage import opid_advantages, shift_metrics
 from agentopd_jax.methods.opid.analysis import (Analysis, Analyzer, EpisodeRecord, OpenAIBackend, StepRecord,
                                                discounted_returns, select_critical_steps_by_stats)
 from agentopd_jax.methods.opid.config import OpidConfig
-from agentopd_jax.methods.opid.injection import augment_observation, route, task_description
+from agentopd_jax.methods.opid.injection import OPID_ANCHORS, Anchors, augment_observation, route, task_description
 from agentopd_jax.parallel import distributed
 from agentopd_jax.rollout.chat import ChatFormat
 from agentopd_jax.scoring.teacher_signals import score_teacher
@@ -70,12 +70,13 @@ def stats_candidates(by_traj: Dict[int, List[Sample]], gamma: float, k: int) -> 
   return out
 
 
-def episode_record(steps: Sequence[Sample], gamma: float) -> EpisodeRecord:
-  """The analyzer's view of one trajectory (`step_returns` on its "Return:" lines)."""
+def episode_record(steps: Sequence[Sample], gamma: float, anchors: Anchors = OPID_ANCHORS) -> EpisodeRecord:
+  """The analyzer's view of one trajectory (`step_returns` on its "Return:" lines; the task as `anchors` find it in
+  the first prompt)."""
   returns = step_returns(steps, gamma)
   return EpisodeRecord(
       steps=tuple(StepRecord(s.step_index, s.observation, s.response_text, float(g)) for s, g in zip(steps, returns)),
-      success=bool(steps[-1].won), task=task_description(steps[0].prompt_text))
+      success=bool(steps[-1].won), task=task_description(steps[0].prompt_text, anchors))
 
 
 class LocalServer:
@@ -113,8 +114,11 @@ class LocalServer:
 class HindsightTeacher:
   """OPID's analysis and skill scoring for one run (see the module docstring)."""
 
-  def __init__(self, cfg: OpidConfig, env_name: str, env_cfg: Any, model, chat: ChatFormat, max_prompt_tokens: int):
+  def __init__(self, cfg: OpidConfig, env_name: str, env_cfg: Any, model, chat: ChatFormat, max_prompt_tokens: int,
+               anchors: Anchors = OPID_ANCHORS):
+    """`anchors`: where the run's prompt format takes the skill sections (`Anchors.of(text_env.prompt_anchors)`)."""
     self.cfg, self.model, self.chat, self.max_prompt_tokens = cfg, model, chat, max_prompt_tokens
+    self.anchors = anchors
     self.server = None
     if cfg.analyzer in ("oracle", "stats"):
       from agentopd_jax.methods.opid.oracle import OracleAnalyzer
@@ -157,7 +161,7 @@ class HindsightTeacher:
                           tuple(s.action_valid > 0 for s in steps), bool(steps[-1].won), picked.get(t))
             for t, steps in chosen.items()])
       else:
-        results = self.analyzer.analyze([episode_record(steps, self.cfg.gamma) for steps in chosen.values()])
+        results = self.analyzer.analyze([episode_record(steps, self.cfg.gamma, self.anchors) for steps in chosen.values()])
       stats = dict(self.analyzer.stats, latency_s=time.perf_counter() - t0, trajectories=len(by_traj))
       return dict(zip(chosen, results)), stats
     return self._pool.submit(work)
@@ -212,5 +216,5 @@ class HindsightTeacher:
   def _augmented(self, s: Sample, episode_skill: Optional[str] = None, step_skill: Optional[str] = None) -> Sample:
     """Sample s with its step prompt text re-written with the skill, templated as the rollout templates it and cut
     to the same prompt limit (its last tokens kept); the response tokens are s's own."""
-    ids = self.chat.prompt_ids(augment_observation(s.prompt_text, episode_skill, step_skill))
+    ids = self.chat.prompt_ids(augment_observation(s.prompt_text, episode_skill, step_skill, self.anchors))
     return dataclasses.replace(s, prompt_ids=ids[-self.max_prompt_tokens:])

@@ -7,11 +7,16 @@ authors' to the byte, because Δ = log π(y | ĥ) − log π(y | h) is measured 
   episode skill   right after the task line, else before "Now it's your turn to"/"Now it's your turn", else appended
   step skill      right before "Now it's your turn to"/"Now it's your turn", else appended
 
+Those anchors are the ones verl-agent's templates have. A prompt template without them (our compact ones) names its
+own (`Anchors.of(text_env.prompt_anchors)`): its task line and its reply instruction take the same places, so the
+sections sit where OPID puts them on every step, not inside the history or after the reply instruction.
+
 `route` decides which of the two prompts a step sample is scored under (`step_priority`: a critical step gets only
 its step skill; `additive`: it gets both). A failed analysis routes nothing, so that trajectory gets no skill signal.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Optional, Sequence, Tuple
 
@@ -34,10 +39,30 @@ EPISODE_SECTION = ("Episode-Level Skill",
 STEP_SECTION = ("Critical-Step Skill", "Use this current-step skill for this decision only")
 
 
-def task_description(text: object) -> str:
+@dataclasses.dataclass(frozen=True)
+class Anchors:
+  """The splice points of a prompt format (module docstring), compiled: the task patterns, the task-line patterns
+  and the turn anchors. The default is OPID's own."""
+  task: Tuple[re.Pattern, ...] = TASK_PATTERNS
+  task_lines: Tuple[re.Pattern, ...] = TASK_LINE_PATTERNS
+  turns: Tuple[str, ...] = TURN_ANCHORS
+
+  @classmethod
+  def of(cls, prompt_anchors) -> "Anchors":
+    """A text env's `prompt_anchors` (`envs.verl_agent.prompts.PromptAnchors`) compiled; OPID's own for None."""
+    if prompt_anchors is None:
+      return cls()
+    return cls(tuple(re.compile(p, re.MULTILINE) for p in prompt_anchors.task),
+               tuple(re.compile(p, re.MULTILINE) for p in prompt_anchors.task_lines), tuple(prompt_anchors.turns))
+
+
+OPID_ANCHORS = Anchors()
+
+
+def task_description(text: object, anchors: Anchors = OPID_ANCHORS) -> str:
   """The task a prompt states, whitespace collapsed; "" when no pattern finds one."""
   text = str(text or "")
-  for pattern in TASK_PATTERNS:
+  for pattern in anchors.task:
     match = pattern.search(text)
     if match:
       task = " ".join(match.group(1).split())
@@ -58,7 +83,7 @@ def _splice(text: str, at: int, block: str) -> str:
   return f"{prefix}\n\n{block}" if prefix else f"{block}\n\n{suffix}"
 
 
-def _before_anchor(text: str, block: str, anchors: Sequence[str] = TURN_ANCHORS) -> str:
+def _before_anchor(text: str, block: str, anchors: Sequence[str]) -> str:
   for anchor in anchors:
     at = text.find(anchor)
     if at != -1:
@@ -66,22 +91,24 @@ def _before_anchor(text: str, block: str, anchors: Sequence[str] = TURN_ANCHORS)
   return f"{text}\n\n{block}" if text else block
 
 
-def _after_task_line(text: str, block: str) -> str:
-  for pattern in TASK_LINE_PATTERNS:
+def _after_task_line(text: str, block: str, anchors: Anchors) -> str:
+  for pattern in anchors.task_lines:
     match = pattern.search(text)
     if match is not None:
       return _splice(text, match.end(), block)
-  return _before_anchor(text, block)
+  return _before_anchor(text, block, anchors.turns)
 
 
-def augment_observation(text: str, episode_skill: Optional[str] = None, step_skill: Optional[str] = None) -> str:
-  """The teacher's prompt text: `text` stripped, with a section for each non-blank skill (blank: text unchanged)."""
+def augment_observation(text: str, episode_skill: Optional[str] = None, step_skill: Optional[str] = None,
+                        anchors: Anchors = OPID_ANCHORS) -> str:
+  """The teacher's prompt text: `text` stripped, with a section for each non-blank skill (blank: text unchanged),
+  spliced at `anchors` (the prompt format's; OPID's own by default)."""
   out = str(text).strip()
   episode = _section(*EPISODE_SECTION, episode_skill)
   if episode:
-    out = _after_task_line(out, episode)
+    out = _after_task_line(out, episode, anchors)
   step = _section(*STEP_SECTION, step_skill)
-  return _before_anchor(out, step) if step else out
+  return _before_anchor(out, step, anchors.turns) if step else out
 
 
 def route(step_index: int, result: object, w_ep: float, w_step: float, mode: str = "step_priority"

@@ -13,6 +13,7 @@ import time
 
 from agentopd_jax.methods.base import Iteration, Method, MethodContext, Signals
 from agentopd_jax.methods.opid.hindsight import HindsightTeacher
+from agentopd_jax.methods.opid.injection import Anchors
 
 
 class Opid(Method):
@@ -45,7 +46,9 @@ class Opid(Method):
     if ctx.layout != "step":
       raise ValueError(f"rollout.layout: OPID needs 'step' (its skills are scored per env step), got {ctx.layout!r}")
     self.ctx = ctx
-    self.hindsight = HindsightTeacher(self.cfg, ctx.env_name, ctx.env_cfg, ctx.model, ctx.chat, ctx.max_prompt_tokens)
+    anchors = Anchors.of(ctx.train_engine.text_env_factory().prompt_anchors)
+    self.hindsight = HindsightTeacher(self.cfg, ctx.env_name, ctx.env_cfg, ctx.model, ctx.chat, ctx.max_prompt_tokens,
+                                      anchors)
 
   def after_rollout(self, it: Iteration) -> None:
     self.analysis = self.hindsight.submit(it.rollout.samples, it.tasks, it.iteration)

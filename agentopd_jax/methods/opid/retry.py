@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from agentopd_jax.eval.compare import paired_ci
 from agentopd_jax.methods.opid.analysis import Analysis
-from agentopd_jax.methods.opid.injection import augment_observation
+from agentopd_jax.methods.opid.injection import OPID_ANCHORS, Anchors, augment_observation
 from agentopd_jax.methods.opid.oracle import OracleAnalyzer, OracleEpisode
 from agentopd_jax.rollout.engine import PromptContext
 
@@ -37,11 +37,12 @@ def hindsight_skills(traces: Sequence[Dict], tasks: Sequence[Any], analyzer: Ora
   return skills
 
 
-def retry_context(skills: Sequence[Optional[str]]) -> PromptContext:
-  """Every prompt of episode e with `skills[e]` spliced in as OPID's episode skill (unchanged where it is None)."""
+def retry_context(skills: Sequence[Optional[str]], anchors: Anchors = OPID_ANCHORS) -> PromptContext:
+  """Every prompt of episode e with `skills[e]` spliced in as OPID's episode skill at `anchors` (the env's prompt
+  format's, as training splices it; unchanged where the skill is None)."""
   def rewrite(episode: int, text: str) -> str:
     skill = skills[episode]
-    return augment_observation(text, episode_skill=skill) if skill else text
+    return augment_observation(text, episode_skill=skill, anchors=anchors) if skill else text
   return PromptContext(rewrite=rewrite)
 
 
