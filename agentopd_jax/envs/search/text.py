@@ -20,6 +20,7 @@ class SearchText:
   """Search-QA under verl-agent's search template, Search-R1's prefix, or our compact one."""
 
   name = "search"
+  compact_anchors = prompts.SEARCH_COMPACT_ANCHORS
 
   def __init__(self, history_length: int = 4, compact: bool = False, flavor: str = "verl-agent",
                invalid_penalty: float = INVALID_ACTION_PENALTY_COEF["search"]):
@@ -41,7 +42,7 @@ class SearchText:
   def prompt_anchors(self):
     """Where the prompts state the question and ask for the reply (`PromptAnchors`); None for the authors'
     templates, whose "Your question:" / "Now it's your turn" anchors OPID was written for."""
-    return prompts.SEARCH_COMPACT_ANCHORS if self.compact else None
+    return self.compact_anchors if self.compact else None
 
   def step_prompt(self) -> str:
     """This step's prompt with the text history (step-wise layout)."""
