@@ -35,8 +35,8 @@ import numpy as np
 
 from agentopd_jax.eval.compare import paired_ci
 from agentopd_jax.eval.coverage import confirmation_report
-from agentopd_jax.eval.records import (Table, eval_groups, last_validation, load_table, paired_rows, seed_mean,
-                                       work)
+from agentopd_jax.eval.records import (Table, eval_groups, last_validation, load_record, load_table, paired_rows,
+                                       seed_mean, work)
 from agentopd_jax.training import sweep as sweeps
 
 # (row label, row key): the trained rows by their sweep method name ("+skills": validated with its skills).
@@ -275,9 +275,10 @@ def _outcomes(mapping: dict) -> Dict[str, tuple]:
 
 
 def coverage_reports(folder: Path, method: str) -> Dict[int, Optional[dict]]:
-  """{seed: `confirmation_report`} of each recorded run of `method`: the solved sets and the best checkpoint (the
-  best validation, ties the newer step, as the checkpoint pool picks it) from its validations (outcomes.json), the
-  confirmation from `confirm_step<K>.json` (`experiments/coverage_confirm.sh`); None where a step is unconfirmed."""
+  """{seed: `confirmation_report`} of each recorded run of `method`: the solved sets from its validations'
+  outcomes (outcomes.json), the best checkpoint from their recorded success (ties: the newer step, as
+  `CheckpointPool.best_step` picks it), the confirmation from `confirm_step<K>.json` (`experiments/coverage_confirm.sh`);
+  None where a step is unconfirmed."""
   out: Dict[int, Optional[dict]] = {}
   for record in sorted(folder.glob(f"{method}-s*")):
     m = re.fullmatch(rf"{re.escape(method)}-s(\d+)", record.name)
@@ -286,7 +287,8 @@ def coverage_reports(folder: Path, method: str) -> Dict[int, Optional[dict]]:
     select = {int(s): _outcomes(v) for s, v in json.loads((record / "outcomes.json").read_text()).items()}
     confirm = {int(p.stem[len("confirm_step"):]): _outcomes(json.loads(p.read_text())["outcomes"])
                for p in record.glob("confirm_step*.json")}
-    best = max(select, key=lambda s: (sum(o[0] for o in select[s].values()), s))
+    val = load_record(record).val
+    best = max(val, key=lambda s: (val[s], s))
     out[int(m[1])] = confirmation_report(select, confirm, best) if set(select) <= set(confirm) else None
   return dict(sorted(out.items()))
 
@@ -360,7 +362,7 @@ def per_group_markdown(t: Table, folder: Path, endpoint: str, against: str, w: D
   ref_folder, names = against.rsplit(":", 1) if against else ("", "")
   if against and Path(ref_folder).resolve() != Path(folder).resolve():
     raise SystemExit(f"--endpoint pairs arms of one table: --against must name {folder}, got {ref_folder}")
-  arms = [n for n in list(plan) + sorted(set(t.runs) - set(plan))]
+  arms = list(plan) + sorted(set(t.runs) - set(plan))
   values = {arm: {s: r.eval_groups[endpoint] for s, r in t.runs.get(arm, {}).items() if endpoint in r.eval_groups}
             for arm in arms}
   student = {int(p.stem.rsplit("_s", 1)[1]): eval_groups(json.loads(p.read_text()))

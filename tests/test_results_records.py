@@ -155,7 +155,7 @@ def test_opid_tables_by_hand(tmp_path):
 
 
 def test_coverage_table_by_hand(tmp_path):
-  """F1's confirmation block: the best checkpoint picked from the run's validations (ties: the newer step), its
+  """F1's confirmation block: the best checkpoint picked from the run's recorded validations (ties: the newer step), its
   union-only problems rated on the confirming attempts, and a run whose steps are not all confirmed yet."""
   report = _tables_script()
   folder = tmp_path / "t"
@@ -164,6 +164,8 @@ def test_coverage_table_by_hand(tmp_path):
     d = folder / f"default-s{seed}"
     d.mkdir(parents=True)
     (d / "outcomes.json").write_text(json.dumps(select))
+    (d / "metrics.jsonl").write_text("\n".join(json.dumps({"phase": "val", "step": step, "val/success_rate": 0.125})
+                                              for step in (0, 4)))
     for step, outcomes in confirm.items():
       (d / f"confirm_step{step}.json").write_text(json.dumps({"outcomes": outcomes}))
   lines = report.report(folder, report.Block(coverage="default")).splitlines()

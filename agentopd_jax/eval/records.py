@@ -55,13 +55,13 @@ def eval_groups(report: dict) -> Dict[str, float]:
 def load_record(folder: Path) -> Record:
   lines = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
   val = {r["step"]: r for r in lines if r.get("phase") == "val"}
+  reports = {p.stem[len("eval_"):]: json.loads(p.read_text()) for p in sorted(folder.glob("eval_*.json"))}
   return Record(val={s: 100.0 * r["val/success_rate"] for s, r in val.items()},
                 val_skills={s: 100.0 * r["val_skills/success_rate"] for s, r in val.items()
                             if "val_skills/success_rate" in r},
-                evals={p.stem[len("eval_"):]: _success(p) for p in sorted(folder.glob("eval_*.json"))},
+                evals={name: 100.0 * r["success_rate"] for name, r in reports.items()},
                 train=[r for r in lines if r.get("phase") == "train"],
-                eval_groups={p.stem[len("eval_"):]: eval_groups(json.loads(p.read_text()))
-                             for p in sorted(folder.glob("eval_*.json"))})
+                eval_groups={name: eval_groups(r) for name, r in reports.items()})
 
 
 def load_table(folder: Path) -> Table:
