@@ -277,8 +277,8 @@ def _outcomes(mapping: dict) -> Dict[str, tuple]:
 def coverage_reports(folder: Path, method: str) -> Dict[int, Optional[dict]]:
   """{seed: `confirmation_report`} of each recorded run of `method`: the solved sets from its validations'
   outcomes (outcomes.json), the best checkpoint from their recorded success (ties: the newer step, as
-  `CheckpointPool.best_step` picks it), the confirmation from `confirm_step<K>.json` (`experiments/coverage_confirm.sh`);
-  None where a step is unconfirmed."""
+  `CheckpointPool.best_step` picks it), the confirmation from `confirm_step<K>.json`
+  (`experiments/coverage_confirm.sh`); None where a step is unconfirmed."""
   out: Dict[int, Optional[dict]] = {}
   for record in sorted(folder.glob(f"{method}-s*")):
     m = re.fullmatch(rf"{re.escape(method)}-s(\d+)", record.name)
