@@ -27,6 +27,7 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
+from agentopd_jax import host_memory
 from agentopd_jax.eval.report import evaluation_summary, write_report
 from agentopd_jax.eval.validate import validate
 from agentopd_jax.parallel.sharding import make_mesh
@@ -87,6 +88,7 @@ def opid_retry(c, engine, params, panel, attempts, first, validation_sampling):
 
 def main(argv):
   del argv
+  host_memory.tune()  # before JAX starts its backend
   configure_cli_logging()
   c = _CONFIG.value
   mesh = make_mesh(tuple(c.mesh_shape))

@@ -22,6 +22,7 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
+from agentopd_jax import host_memory
 from agentopd_jax.eval.probe import demo_accuracy
 from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.methods.opid.demos import opid_demonstration_samples
@@ -70,6 +71,7 @@ def opid_probe(c, config, params, tokenizer, games):
 
 def main(argv):
   del argv
+  host_memory.tune()  # before JAX starts its backend
   configure_cli_logging()
   c = _CONFIG.value
   mesh = make_mesh(tuple(c.mesh_shape))

@@ -17,6 +17,7 @@ import sys
 from absl import app
 from ml_collections import config_flags
 
+from agentopd_jax import host_memory
 from agentopd_jax.parallel import distributed
 from agentopd_jax.storage.logs import configure_cli_logging
 from agentopd_jax.training.config import stale_flags
@@ -27,6 +28,7 @@ _CONFIG = config_flags.DEFINE_config_file("config", "configs/alfworld.py", "Trai
 
 def main(argv):
   del argv
+  host_memory.tune()  # before JAX starts its backend
   configure_cli_logging()
   c = _CONFIG.value
   distributed.initialize(c.distributed)

@@ -22,6 +22,10 @@ os.environ.setdefault("AGENTOPD_WARM_STARTS", "")  # no warm start shared betwee
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from agentopd_jax import host_memory  # noqa: E402
+
+host_memory.tune()  # as the CLIs do, before JAX starts its backend
+
 import pytest  # noqa: E402  (after the environment set-up above)
 
 # Tiny random Hugging Face checkpoints, one per supported family, built locally (no downloads). Biases and norm

@@ -25,7 +25,7 @@ PACKAGE = "agentopd_jax"
 
 # Bottom layer first. Names are dotted paths below `agentopd_jax`; a module takes the row of its longest listed prefix.
 LAYERS: Tuple[str, ...] = (
-  "faults | http_guard | cache | parallel | batching",
+  "faults | http_guard | cache | host_memory | parallel | batching",
   "storage | envs",
   "models",
   "sampling | scoring",
