@@ -183,7 +183,8 @@ def test_sdar_with_opid_killed_anywhere_resumes_to_the_uninterrupted_run(tmp_pat
 
 def test_hf_folder_and_trajectory_layout(tmp_path, games_root):
   """The researcher's path: weights and tokenizer from a local HF folder (here a tiny random Qwen2 saved by
-  transformers), GRPO on whole-trajectory samples with observation tokens masked, KL to the loaded model."""
+  transformers), GRPO on whole-trajectory samples with observation tokens masked, KL to the loaded model, rollout
+  correction on."""
   import torch
   import transformers as tf
 
@@ -201,7 +202,10 @@ def test_hf_folder_and_trajectory_layout(tmp_path, games_root):
   cmd = [sys.executable, os.path.join(ROOT, "experiments", "train.py"),
          f"--config={os.path.join(ROOT, 'configs', 'alfworld.py')}"] + _flags(workdir, games_root) + [
       f"--config.model.path={folder}", "--config.sft.steps=0", "--config.grpo.iterations=1",
-      "--config.rollout.layout=trajectory", "--config.rollout.max_total_tokens=2048"]
+      "--config.rollout.layout=trajectory", "--config.rollout.max_total_tokens=2048",
+      # Rollout correction on whole trajectories: π_old recomputed by the trainer, token weights, token rejection.
+      "--config.rollout.recompute_old_logprobs=True", "--config.rollout_correction.is_level=token",
+      "--config.rollout_correction.rs=token_k1", "--config.rollout_correction.rs_threshold=0.5_2.0"]
   _finish(subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
   with CheckpointPool(os.path.join(workdir, "checkpoints"), read_only=True) as pool:
     assert pool.steps() == [0, 1]
@@ -209,6 +213,9 @@ def test_hf_folder_and_trajectory_layout(tmp_path, games_root):
   train = [r for r in read_metrics(os.path.join(workdir, "logs")) if r["phase"] == "train"]
   assert train[0]["batch/samples"] == 8  # one sample per episode: 2 tasks x group 4
   assert abs(train[0]["rollout/logprob_drift"]) < 1e-4 and train[0]["actor/kl"] >= 0.0
+  # An f32 sampler against the f32 trainer: no mismatch, weights 1, nothing rejected.
+  assert abs(train[0]["rollout_corr/kl"]) < 1e-4 and train[0]["rollout_corr/rollout_is_mean"] == pytest.approx(1, abs=1e-3)
+  assert train[0]["rollout_corr/rollout_rs_masked_fraction"] == 0.0
 
 
 def test_evaluate_cli_reports_a_checkpoint(uninterrupted, games_root):

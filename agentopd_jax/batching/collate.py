@@ -47,6 +47,9 @@ class TrainBatch:
   # weight of each loss token in the distillation term, 1 = routed. Not part of the scoring inputs. None = every loss
   # token routed (no LAD).
   distill_mask: Optional[jnp.ndarray] = None
+  # Rollout correction's importance weights (`objectives.rollout_correction`, `collate(is_weights=...)`): [B, T]
+  # float32 constants that multiply the policy-gradient term per token, 0 off-mask. None = no correction.
+  rollout_is_weights: Optional[jnp.ndarray] = None
   # Shared prompt heads (`batching.prefixes`, `train_step.make_minibatches(share_prefixes=True)`): a row's samples
   # start after head segment `prefix_segment[b]` of head row `prefix_of[b]` (-1: none); the heads are forwarded once
   # per mini-batch, packed into P head rows, and attended to as a cache. They are the mini-batch's, not a
@@ -129,7 +132,8 @@ def collate(samples: Sequence[Sample], advantages: Sequence[float], pad_to_multi
             max_length: Optional[int] = None, pad_id: int = 0, rows: Optional[int] = None, pack_width: int = 0,
             distill_weights: Optional[Sequence[float]] = None,
             teacher: Optional[Sequence[TeacherSignal]] = None,
-            layout: Optional[List[List[int]]] = None, skip: Optional[Sequence[int]] = None) -> TrainBatch:
+            layout: Optional[List[List[int]]] = None, skip: Optional[Sequence[int]] = None,
+            is_weights: Optional[Sequence[Sequence[float]]] = None) -> TrainBatch:
   """Right-padded host arrays (numpy) of `samples`; advantage i, a float broadcast over sample i's generated tokens
   or one value per completion token (OPID's token-level advantage), fills them.
 
@@ -143,14 +147,17 @@ def collate(samples: Sequence[Sample], advantages: Sequence[float], pad_to_multi
   `rows` pads the batch with empty (all-masked-out) rows up to a fixed size, e.g. a multiple of the mini-batch.
   `distill_weights` (per sample) fills `distill_mask`: the weight on the sample's generated tokens (LAD routing).
   `teacher` (per sample) fills the teacher_* arrays at the sample's completion tokens, like `old_logprobs`.
+  `is_weights` (per sample, per completion token) fills `rollout_is_weights` the same way.
   `layout` (the sample indices of each row, e.g. a slice of one `pack_rows` over more samples) replaces the packing.
   `skip` (per sample, fewer than its prompt tokens) leaves out the head of each sample, a shared prefix forwarded
   elsewhere: its tokens start at position skip[i] (the rows the update continues from a prefix cache).
   A sample longer than `max_length` is an error, never silently cut: its log-probs would no longer match.
   """
-  if len(samples) != len(advantages) or (teacher is not None and len(teacher) != len(samples)):
+  if len(samples) != len(advantages) or (teacher is not None and len(teacher) != len(samples)) or (
+      is_weights is not None and len(is_weights) != len(samples)):
     raise ValueError(f"collate: {len(samples)} samples but {len(advantages)} advantages"
-                     + ("" if teacher is None else f" and {len(teacher)} teacher signals"))
+                     + ("" if teacher is None else f", {len(teacher)} teacher signals")
+                     + ("" if is_weights is None else f", {len(is_weights)} importance weights"))
   longest = max(s.length for s in samples)
   if max_length is not None and longest > max_length:
     raise ValueError(f"collate: a sample has {longest} tokens, over max_length={max_length}")
@@ -172,6 +179,7 @@ def collate(samples: Sequence[Sample], advantages: Sequence[float], pad_to_multi
   adv = np.zeros((n, width), np.float32)
   old = np.zeros((n, width), np.float32)
   distill = None if distill_weights is None else np.zeros((n, width), np.float32)
+  weights = None if is_weights is None else np.zeros((n, width), np.float32)
   k = 0 if teacher is None or teacher[0].topk_ids is None else teacher[0].topk_ids.shape[-1]
   t_lp = None if teacher is None else np.zeros((n, width), np.float32)
   t_ids = np.zeros((n, width, k), np.int32) if k else None
@@ -192,6 +200,8 @@ def collate(samples: Sequence[Sample], advantages: Sequence[float], pad_to_multi
       old[b, generated] = np.asarray(s.behaviour_logprobs, np.float32) * completion
       if distill is not None:
         distill[b, generated] = distill_weights[i] * (completion > 0)
+      if weights is not None:
+        weights[b, generated] = np.asarray(is_weights[i], np.float32) * (completion > 0)
       if t_lp is not None:
         t_lp[b, generated] = teacher[i].logprobs * completion
         if k:
@@ -200,4 +210,4 @@ def collate(samples: Sequence[Sample], advantages: Sequence[float], pad_to_multi
       start += length
   return TrainBatch(tokens=tokens, segment_ids=segments, positions=positions, loss_mask=mask, advantages=adv,
                     old_logprobs=old, distill_mask=distill, teacher_logprobs=t_lp, teacher_topk_ids=t_ids,
-                    teacher_topk_logprobs=t_topk)
+                    teacher_topk_logprobs=t_topk, rollout_is_weights=weights)

@@ -37,12 +37,19 @@ class Sample:
   response_text: str = ""
   observation: str = ""
   action: str = ""
+  # Per completion token, the log-prob under the distribution the sampler actually drew from (temperature, top-k
+  # and top-p applied, the sampler's own numerics): π_rollout of `objectives.rollout_correction`. None for tokens no
+  # sampler drew (demonstrations).
+  rollout_logprobs: Optional[List[float]] = None
 
   def __post_init__(self):
     n = len(self.completion_ids)
     if len(self.completion_mask) != n or len(self.behaviour_logprobs) != n:
       raise ValueError(f"Sample: completion ids ({n}), mask ({len(self.completion_mask)}) and behaviour log-probs "
                        f"({len(self.behaviour_logprobs)}) must have equal lengths")
+    if self.rollout_logprobs is not None and len(self.rollout_logprobs) != n:
+      raise ValueError(f"Sample: completion ids ({n}) and rollout log-probs ({len(self.rollout_logprobs)}) must have "
+                       f"equal lengths")
 
   @property
   def length(self) -> int:

@@ -165,7 +165,8 @@ def grpo_loss(scores: Scores, batch: TrainBatch, params: LossParams,
     L = pg_loss_coef · agg(L_PPO-dual-clip(ρ, A)) − entropy_coef · agg(H) + kl_coef · agg(KL(π_θ ‖ π_ref))
 
   with ρ = π_θ / π_old on the sampled tokens, A = `batch.advantages` (already broadcast over the loss mask) and the
-  coefficients of `params.core`. The building block for objectives that add an auxiliary per-token term on top of GRPO.
+  coefficients of `params.core`. With rollout correction on, the surrogate's per-token values are multiplied by
+  `batch.rollout_is_weights` (constants, `objectives.rollout_correction`) before the aggregation, as verl does. The building block for objectives that add an auxiliary per-token term on top of GRPO.
 
   Metrics (micro-batch contributions; see the module docstring): pg_loss, entropy, kl (agg with loss_agg_mode, as
   verl logs them); pg_clipfrac, pg_clipfrac_lower, ppo_kl, logprob_drift (token means). logprob_drift = mean
@@ -177,7 +178,8 @@ def grpo_loss(scores: Scores, batch: TrainBatch, params: LossParams,
   logprobs = require_score(scores.policy_logprobs, "policy_logprobs", "the policy-gradient loss")
   terms = ppo_dual_clip_loss(logprobs, batch.old_logprobs, batch.advantages, mask, cfg.clip_ratio_low,
                              cfg.clip_ratio_high, cfg.clip_ratio_c)
-  pg_loss = agg_loss(terms.loss, mask, cfg.loss_agg_mode, norm)
+  pg_values = terms.loss if batch.rollout_is_weights is None else terms.loss * batch.rollout_is_weights
+  pg_loss = agg_loss(pg_values, mask, cfg.loss_agg_mode, norm)
   loss = cfg.pg_loss_coef * pg_loss
   metrics = {
       "pg_loss": pg_loss,

@@ -263,7 +263,8 @@ class RolloutEngine:
         ep.valid += valid
         ep.samples.append(Sample(
             prompt_ids=prompts[j], completion_ids=ids, completion_mask=[1] * len(ids),
-            behaviour_logprobs=out.policy_logprobs[j, :len(ids)].tolist(), group_id=ep.group_id,
+            behaviour_logprobs=out.policy_logprobs[j, :len(ids)].tolist(),
+            rollout_logprobs=out.logprobs[j, :len(ids)].tolist(), group_id=ep.group_id,
             problem_id=ep.problem_id, traj_id=ep.traj_id, step_index=t, action_valid=float(valid),
             invalid_actions=1 - valid, prompt_text=texts[j], response_text=response, observation=ep.observation,
             action=action))
@@ -281,7 +282,7 @@ class RolloutEngine:
         raise ValueError(f"rollout: the first prompt of {ep.problem_id} has {len(p)} tokens, which with "
                          f"max_response_tokens={cfg.max_response_tokens} exceeds max_total_tokens="
                          f"{cfg.max_total_tokens}")
-    seqs = [dict(completion=[], mask=[], logprobs=[], turns=0, invalid=0) for _ in range(n)]
+    seqs = [dict(completion=[], mask=[], logprobs=[], rollout=[], turns=0, invalid=0) for _ in range(n)]
     active = [not ep.done for ep in episodes]
     max_new = [cfg.max_response_tokens if a else 1 for a in active]
     played = [i for i in range(n) if active[i]]
@@ -301,6 +302,7 @@ class RolloutEngine:
         seq["completion"] += ids
         seq["mask"] += [1] * len(ids)
         seq["logprobs"] += out.policy_logprobs[i, :len(ids)].tolist()
+        seq["rollout"] += out.logprobs[i, :len(ids)].tolist()
         seq["turns"] += 1
         seq["invalid"] += 1 - valid
         ep.length += 1
@@ -322,6 +324,7 @@ class RolloutEngine:
         seqs[i]["completion"] += chunk
         seqs[i]["mask"] += [0] * len(chunk)
         seqs[i]["logprobs"] += [0.0] * len(chunk)
+        seqs[i]["rollout"] += [0.0] * len(chunk)
       if not any(active):
         break
       played = [i for i in range(n) if active[i]]
@@ -336,7 +339,8 @@ class RolloutEngine:
       last_gen = max(j for j, m in enumerate(seq["mask"]) if m) + 1
       ep.samples.append(Sample(
           prompt_ids=prompts[i], completion_ids=seq["completion"][:last_gen], completion_mask=seq["mask"][:last_gen],
-          behaviour_logprobs=seq["logprobs"][:last_gen], group_id=ep.group_id, problem_id=ep.problem_id,
+          behaviour_logprobs=seq["logprobs"][:last_gen], rollout_logprobs=seq["rollout"][:last_gen],
+          group_id=ep.group_id, problem_id=ep.problem_id,
           traj_id=ep.traj_id, step_index=-1, action_valid=1.0 - seq["invalid"] / seq["turns"],
           invalid_actions=seq["invalid"], prompt_text=episodes[i].view.task))
 

@@ -44,6 +44,7 @@ from agentopd_jax.methods.sdar.teacher import TeacherConfig
 from agentopd_jax.objectives.advantages import ADVANTAGE_ESTIMATORS
 from agentopd_jax.objectives.losses import PER_SEQUENCE_MODES
 from agentopd_jax.objectives.registry import LossCore, LossParams
+from agentopd_jax.objectives.rollout_correction import RolloutCorrectionConfig
 from agentopd_jax.rollout.engine import RolloutConfig
 from agentopd_jax.skills.retrieval import SkillsConfig
 from agentopd_jax.training.train_step import OptimConfig
@@ -238,6 +239,7 @@ class RunConfig:
   model: ModelSpec = dataclasses.field(default_factory=ModelSpec)
   builtin_tokenizer: BuiltinTokenizerConfig = dataclasses.field(default_factory=BuiltinTokenizerConfig)
   rollout: RolloutConfig = dataclasses.field(default_factory=RolloutConfig)
+  rollout_correction: RolloutCorrectionConfig = dataclasses.field(default_factory=RolloutCorrectionConfig)
   sft: SftConfig = dataclasses.field(default_factory=SftConfig)
   grpo: GrpoConfig = dataclasses.field(default_factory=GrpoConfig)
   loss: LossCore = dataclasses.field(default_factory=LossCore)

@@ -278,7 +278,8 @@ def make_minibatches(samples: Sequence[Sample], advantages: Sequence[float], min
                      micro_batch_size: int, pack_width: int = 0, distill_weights: Optional[Sequence[float]] = None,
                      mesh: Optional[Mesh] = None, teacher: Optional[Sequence[TeacherSignal]] = None,
                      agree: Optional[Callable[[Sequence[int]], Sequence[int]]] = None,
-                     share_prefixes: bool = False) -> List[TrainBatch]:
+                     share_prefixes: bool = False,
+                     is_weights: Optional[Sequence[Sequence[float]]] = None) -> List[TrainBatch]:
   """The update's mini-batches, [A, m, T] host arrays each: runs of `minibatch_size` consecutive samples, one
   optimizer step each (the last run may be shorter).
 
@@ -287,7 +288,8 @@ def make_minibatches(samples: Sequence[Sample], advantages: Sequence[float], min
   rows of `pack_width` tokens (`collate`), and every mini-batch gets the same row count R (the most any run needs,
   rounded up to PACKED_ROW_MULTIPLE and to the data-parallel size of `mesh`, whose devices split a micro-batch's
   rows, then to a multiple of `micro_batch_size` rows when larger), so all mini-batches of an iteration share one
-  compiled shape. Token-mean losses are identical either way. `teacher`: per-sample teacher signals (`collate`).
+  compiled shape. Token-mean losses are identical either way. `teacher`: per-sample teacher signals, `is_weights`:
+  per-sample importance weights of rollout correction (`collate`).
 
   `agree` (multi-host: `parallel.distributed.global_max`): each process passes its share of the samples, with
   `minibatch_size` and `micro_batch_size` its shares of the global sizes and `mesh` its local mesh; the mini-batch
@@ -315,6 +317,7 @@ def make_minibatches(samples: Sequence[Sample], advantages: Sequence[float], min
     samples, advantages = [_blank_sample()], [0.0]
     distill_weights = None if distill_weights is None else [0.0]
     teacher = None if teacher is None else [_blank_signal(k)]
+    is_weights = None if is_weights is None else [[0.0]]
   n = len(samples)
   runs = [slice(i, min(i + minibatch_size, n)) for i in range(0, n, minibatch_size)]
   data_parallel = mesh.shape["data"] * mesh.shape["fsdp"] if mesh is not None else 1
@@ -328,10 +331,12 @@ def make_minibatches(samples: Sequence[Sample], advantages: Sequence[float], min
     runs += [slice(n, n)] * (n_runs - len(runs))
   weights = (lambda run: None) if distill_weights is None else (lambda run: list(distill_weights[run]))
   signals = (lambda run: None) if teacher is None else (lambda run: list(teacher[run]))
+  corrections = (lambda run: None) if is_weights is None else (lambda run: list(is_weights[run]))
   if not pack_width:
     batch = _widen(collate(samples, advantages, PAD_MULTIPLE, rows=len(runs) * minibatch_size,
                            distill_weights=None if distill_weights is None else list(distill_weights),
-                           teacher=None if teacher is None else list(teacher)), width)
+                           teacher=None if teacher is None else list(teacher),
+                           is_weights=None if is_weights is None else list(is_weights)), width)
     out = split_minibatches(batch, minibatch_size, min(micro_batch_size, minibatch_size))
   else:
     micro = min(micro_batch_size, rows)
@@ -344,7 +349,8 @@ def make_minibatches(samples: Sequence[Sample], advantages: Sequence[float], min
       layout, owner = plan.layouts[r]
       batch = _widen(collate(samples[run], advantages[run], PAD_MULTIPLE, rows=rows, pack_width=width,
                              distill_weights=weights(run), teacher=signals(run),
-                             layout=layout if plan.count else None, skip=plan.skip[run]), width)
+                             layout=layout if plan.count else None, skip=plan.skip[run],
+                             is_weights=corrections(run)), width)
       batch = split_minibatches(batch, rows, micro)[0]
       if plan.count:
         place = plan.places[r]

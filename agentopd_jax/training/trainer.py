@@ -36,6 +36,7 @@ from agentopd_jax.envs.verl_agent.metrics import EpisodeRecord, episode_metrics
 from agentopd_jax.eval.validate import episode_record, validate
 from agentopd_jax.methods import grpo
 from agentopd_jax.methods.base import Iteration, MethodContext
+from agentopd_jax.objectives import rollout_correction
 from agentopd_jax.parallel import distributed
 from agentopd_jax.scoring.teacher_signals import recompute_behaviour
 from agentopd_jax.storage.checkpoints import CheckpointPool
@@ -228,6 +229,12 @@ class Trainer:
       t_old = time.perf_counter()
       trained, drift = recompute_behaviour(p.model, it.params, trained, **self.ctx.scoring)
       metrics.update(drift, **{"time/recompute_old_s": time.perf_counter() - t_old})
+    is_weights = None
+    if cfg.rollout_correction.enabled or cfg.rollout.recompute_old_logprobs:
+      # π_old against the sampler's π_rollout: measured whenever they can differ, corrected where configured.
+      trained, is_weights, corr = rollout_correction.correct(
+          trained, cfg.rollout_correction, lambda xs: np.sum(distributed.allgather(xs), axis=0))
+      metrics.update(corr)
     it.samples, it.advantages = trained, advantages
     # Below, every process takes part whether or not it has samples left: the metrics, the retriever's feedback and
     # the routing are gathered over processes.
@@ -249,7 +256,9 @@ class Trainer:
                                     cfg.pack_width, distill_weights=distill_weights, mesh=p.local_mesh,
                                     teacher=teacher, agree=distributed.shape_agreement(),
                                     share_prefixes=cfg.share_prefixes and cfg.pack_width > 0
-                                    and jax.process_count() == 1) if anywhere else [])
+                                    and jax.process_count() == 1,
+                                    is_weights=is_weights if cfg.rollout_correction.is_level else None)
+                   if anywhere else [])
     if p.objective.prepare is not None:
       minibatches = [p.objective.prepare(b, p.loss, iteration) for b in minibatches]
     teacher_params = next((q for q in (m.teacher_params() for m in self.methods) if q is not None), None)
