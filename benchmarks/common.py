@@ -25,9 +25,12 @@ def best_time(fn, n: int = 5, warm: bool = True) -> float:
 
 
 def machine_roofline() -> dict:
-  """What this CPU sustains: f32 GEMM throughput (JAX, and torch when it imports) and weight-streaming bandwidth (a
-  skinny matmul over a 128 MiB matrix, the shape of a decode step). Used to judge how close each side is to the
-  hardware. Imports are local so that scripts importing this module do not pay for JAX/torch until they call it."""
+  """What this CPU sustains: f32 GEMM throughput (JAX, and torch when it imports), the rate an 8-row f32 product
+  streams a 128 MiB matrix (`jax_weight_stream_gb_per_s`: the shape of a batched decode step, so the GEMM kernel's
+  rate, not the memory's) and the memory bandwidth itself (`memory_stream_gb_per_s`: a one-row product over the same
+  bytes, which the kernel runs as a matrix-vector product bound by the bus alone). Used to judge how close each side
+  is to the hardware. Imports are local so that scripts importing this module do not pay for JAX/torch until they
+  call it."""
   import jax
   import jax.numpy as jnp
 
@@ -47,4 +50,7 @@ def machine_roofline() -> dict:
     t_torch = best_time(lambda: ta @ tb)
     out["torch_sgemm_gflops"] = round(2 * m * k * n / t_torch / 1e9, 1)
   out["jax_weight_stream_gb_per_s"] = round(w.nbytes / t_mv / 1e9, 1)
+  rows, x1 = jnp.ones((65536, 512), jnp.float32), jnp.ones((512,), jnp.float32)
+  t_gemv = best_time(lambda: mm(rows, x1).block_until_ready())
+  out["memory_stream_gb_per_s"] = round(rows.nbytes / t_gemv / 1e9, 1)
   return out
