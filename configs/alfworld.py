@@ -11,6 +11,8 @@ Variants (`get_config(arg)`):
                  runs/alfworld_cpu): its best checkpoint is the student, the others the teacher pool (HCN + LAD).
   kl_to_best     GRPO again from that run's warm start, with a KL pull toward its best checkpoint
                  (`--config.kl_to_best.run`, default runs/alfworld_cpu; docs/architecture.md, a new method).
+  gigpo          GiGPO (verl-agent): GRPO's loss with the episode advantage plus the anchor-state step advantage
+                 (γ 0.95, ω 1, mean_std_norm as verl-agent's ALFWorld script; gigpo_qwen2p5_7b etc. on a paper model).
   sdar, grpo_opsd, grpo_opsd_rkl, opsd, rlsd, skill_sd, skill_grpo
                  SDAR and its baselines (docs/sdar.md), alone on CPU or before a paper model (sdar_qwen2p5_3b).
   opid           OPID (docs/opid.md): GRPO plus the hindsight-skill advantage, the oracle analyzer on CPU, an

@@ -33,7 +33,7 @@ LAYERS: Tuple[str, ...] = (
   "skills | eval",
   "methods.base",
   "methods.grpo",
-  "methods.sdar | methods.opid | methods.agentic_opd | methods.skill_grpo | methods.kl_to_best",
+  "methods.sdar | methods.opid | methods.agentic_opd | methods.skill_grpo | methods.kl_to_best | methods.gigpo",
   "methods",
   "training",
   "serve",

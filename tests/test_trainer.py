@@ -218,6 +218,17 @@ def test_hf_folder_and_trajectory_layout(tmp_path, games_root):
   assert train[0]["rollout_corr/rollout_rs_masked_fraction"] == 0.0
 
 
+def test_gigpo_runs_with_its_two_level_advantage(tmp_path, games_root):
+  """The `gigpo` variant end to end: step samples carry the env's step rewards and raw observations, and the
+  advantages come from the anchor groups (every episode of a task group starts in the same state, so no iteration's
+  groups are all singletons)."""
+  workdir = str(tmp_path / "gigpo")
+  _finish(_train(workdir, games_root, ":gigpo", {"grpo.iterations": 1}))
+  (train,) = [r for r in read_metrics(os.path.join(workdir, "logs")) if r["phase"] == "train"]
+  assert train["gigpo/step_group_mean_size"] > 1 and train["gigpo/step_group_singleton_ratio"] < 1
+  assert np.isfinite(train["actor/pg_loss"])
+
+
 def test_evaluate_cli_reports_a_checkpoint(uninterrupted, games_root):
   cmd = [sys.executable, os.path.join(ROOT, "experiments", "evaluate.py"),
          f"--config={os.path.join(ROOT, 'configs', 'alfworld.py')}"] + _flags(uninterrupted, games_root) + [

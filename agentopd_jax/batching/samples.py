@@ -29,6 +29,7 @@ class Sample:
   action_valid: float               # step layout: the step's validity flag; trajectory: fraction of valid turns
   invalid_actions: int = 0          # number of invalid actions the sample covers
   episode_reward: float = 0.0       # filled in when the episode ends (sum of env rewards)
+  step_reward: float = 0.0          # step layout: the env's reward for this step (GiGPO's step returns)
   won: bool = False
   # Text kept for analysis and privileged-context rescoring (OPID/SDAR): the step prompt before templating, the
   # reply, and (step layout) the env's raw observation the step answered (OPID's anchor observation) and the action

@@ -185,6 +185,8 @@ class RolloutEngine:
         ep.fail(infos[i])
         continue
       reward, won = ep.view.reward(scores[i], dones[i], infos[i])
+      if ep.samples and ep.samples[-1].step_index >= 0:  # the step layout's sample of this step
+        ep.samples[-1].step_reward = reward
       ep.reward += reward
       ep.won = ep.won or won
       ep.keep_info(infos[i])

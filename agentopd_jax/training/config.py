@@ -37,6 +37,7 @@ from agentopd_jax.models.loading import ModelSpec
 from agentopd_jax.models.tokenizer import BuiltinTokenizerConfig
 from agentopd_jax.methods import METHODS  # also registers the methods' objectives
 from agentopd_jax.methods.agentic_opd.config import AgenticOpdConfig
+from agentopd_jax.methods.gigpo import GigpoConfig
 from agentopd_jax.methods.kl_to_best import KlToBestConfig
 from agentopd_jax.methods.opid.config import OpidConfig
 from agentopd_jax.methods.sdar.config import RlsdConfig, SdarConfig, SkillSdConfig
@@ -242,6 +243,7 @@ class RunConfig:
   rollout_correction: RolloutCorrectionConfig = dataclasses.field(default_factory=RolloutCorrectionConfig)
   sft: SftConfig = dataclasses.field(default_factory=SftConfig)
   grpo: GrpoConfig = dataclasses.field(default_factory=GrpoConfig)
+  gigpo: GigpoConfig = dataclasses.field(default_factory=GigpoConfig)
   loss: LossCore = dataclasses.field(default_factory=LossCore)
   sdar: SdarConfig = dataclasses.field(default_factory=SdarConfig)
   rlsd: RlsdConfig = dataclasses.field(default_factory=RlsdConfig)
