@@ -179,3 +179,68 @@ def test_live_report_logs_lines_without_a_terminal_and_fills_the_postfix_on_one(
   assert not caplog.records
   assert "train: success 50.0% | val: success 30.0%" in out.getvalue()
   log.close()
+
+
+def _wandb_records(folder):
+  """The history rows and the config of the offline W&B run under `folder`. The run file is a ":W&B" header and
+  LevelDB-log records (crc u32, length u16, type u8: 1 full, 2 first, 3 middle, 4 last; 32 KiB blocks) of wandb's
+  `Record` protobuf."""
+  from wandb.proto import wandb_internal_pb2
+
+  (path,) = Path(folder, "wandb").glob("offline-run-*/run-*.wandb")
+  data = path.read_bytes()
+  assert data[:4] == b":W&B"
+  pos, pending, records = 7, b"", []
+  while pos + 7 <= len(data):
+    if 32768 - pos % 32768 < 7:      # a block's tail too short for a record header is padding
+      pos += 32768 - pos % 32768
+      continue
+    length, kind = int.from_bytes(data[pos + 4:pos + 6], "little"), data[pos + 6]
+    pending += data[pos + 7:pos + 7 + length]
+    pos += 7 + length
+    if kind in (1, 4):
+      records.append(wandb_internal_pb2.Record.FromString(pending))
+      pending = b""
+  rows, config = [], {}
+  for record in records:
+    kind = record.WhichOneof("record_type")
+    if kind == "history":
+      rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item})
+    elif kind in ("config", "run"):  # the run record carries the config given to wandb.init
+      updates = record.config.update if kind == "config" else record.run.config.update
+      config.update({item.key: json.loads(item.value_json) for item in updates})
+  return rows, config
+
+
+def test_wandb_sink_mirrors_the_scalars_offline_and_resumes_the_same_run(tmp_path, monkeypatch):
+  from agentopd_jax.storage.logs import WandbSink
+
+  monkeypatch.setenv("WANDB_MODE", "offline")
+  monkeypatch.setenv("WANDB_SILENT", "true")
+  sink = WandbSink(tmp_path, "agentopd_jax", "run_a", config={"seed": 3, "grpo": {"group_size": 8}})
+  with MetricsLogger(tmp_path, use_tensorboard=False, wandb=sink) as log:
+    log.log(0, {"loss": 2.5}, phase="sft")
+    log.log(1, {"actor/pg_loss": 0.25, "episode/success_rate": 0.5, "note": "text"})
+    log.log(1, {"success": 0.125}, phase="val")
+  rows, config = _wandb_records(tmp_path)
+  assert {"sft/step": 0, "sft/loss": 2.5}.items() <= rows[0].items()
+  assert {"iteration": 1, "actor/pg_loss": 0.25, "episode/success_rate": 0.5}.items() <= rows[1].items()
+  assert {"iteration": 1, "val/success": 0.125}.items() <= rows[2].items()
+  assert config["seed"] == 3 and config["grpo"] == {"group_size": 8}
+  first = (tmp_path / "wandb_run_id").read_text()
+  WandbSink(tmp_path, "agentopd_jax", "run_a").close()     # a resumed run: the same W&B run id
+  assert (tmp_path / "wandb_run_id").read_text() == first
+
+
+def test_wandb_sink_without_the_package_warns_and_logs_nothing(tmp_path, monkeypatch, caplog):
+  import sys
+
+  from agentopd_jax.storage.logs import WandbSink
+
+  monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError
+  sink = WandbSink(tmp_path, "agentopd_jax", "run_b")
+  assert sink.run is None and "wandb package is not installed" in caplog.text
+  with MetricsLogger(tmp_path, use_tensorboard=False, wandb=sink) as log:
+    log.log(1, {"actor/pg_loss": 0.25})
+  assert [json.loads(x)["actor/pg_loss"] for x in (tmp_path / METRICS_FILE).read_text().splitlines()] == [0.25]
+  assert not (tmp_path / "wandb").exists()

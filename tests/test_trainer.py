@@ -223,10 +223,15 @@ def test_gigpo_runs_with_its_two_level_advantage(tmp_path, games_root):
   advantages come from the anchor groups (every episode of a task group starts in the same state, so no iteration's
   groups are all singletons)."""
   workdir = str(tmp_path / "gigpo")
-  _finish(_train(workdir, games_root, ":gigpo", {"grpo.iterations": 1}))
+  # With the W&B sink on, offline: the run's W&B files sit beside its logs.
+  _finish(_train(workdir, games_root, ":gigpo", {"grpo.iterations": 1, "logging.wandb": True},
+                 env=dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true")))
   (train,) = [r for r in read_metrics(os.path.join(workdir, "logs")) if r["phase"] == "train"]
   assert train["gigpo/step_group_mean_size"] > 1 and train["gigpo/step_group_singleton_ratio"] < 1
   assert np.isfinite(train["actor/pg_loss"])
+  run_id = open(os.path.join(workdir, "logs", "wandb_run_id")).read()
+  assert [d for d in os.listdir(os.path.join(workdir, "logs", "wandb")) if d.startswith("offline-run-")
+          and d.endswith(run_id)]
 
 
 def test_evaluate_cli_reports_a_checkpoint(uninterrupted, games_root):

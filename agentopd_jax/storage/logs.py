@@ -1,8 +1,9 @@
-"""Training metrics to a JSONL file and to TensorBoard, plus curve plots and a progress bar.
+"""Training metrics to a JSONL file, to TensorBoard and optionally to Weights & Biases, plus curve plots and a
+progress bar.
 
 `metrics.jsonl` is the record of truth: plain text that survives any tool change, is easy to diff between runs and
-is what `plot_curves` reads. The TensorBoard event files (written by tensorboardX, so no TensorFlow) are for
-watching a run live. Only the main process should own a `MetricsLogger`.
+is what `plot_curves` reads. The TensorBoard event files (written by tensorboardX, so no TensorFlow) and the W&B run
+(`WandbSink`, the `wandb` extra) are for watching a run live. Only the main process should own a `MetricsLogger`.
 """
 from __future__ import annotations
 
@@ -59,8 +60,10 @@ class MetricsLogger:
 
   def __init__(self, log_dir: str | os.PathLike, use_tensorboard: bool = True, flush_every: int = 1,
                own_axis_phases: Iterable[str] = ("sft",),
-               on_log: Callable[[int, Mapping[str, Any], str], None] | None = None):
-    """on_log(step, metrics, phase): also called on every record (e.g. a `LiveReport`)."""
+               on_log: Callable[[int, Mapping[str, Any], str], None] | None = None,
+               wandb: "WandbSink | None" = None):
+    """on_log(step, metrics, phase): also called on every record (e.g. a `LiveReport`). `wandb`: a `WandbSink` fed
+    the same scalars under the same tags as TensorBoard."""
     if flush_every < 1:
       raise ValueError(f"flush_every must be >= 1, got {flush_every}")
     self.log_dir = Path(log_dir)
@@ -77,6 +80,7 @@ class MetricsLogger:
     self._purge_steps: dict[Path, int] = {}
     self._pending = 0
     self.on_log = on_log
+    self.wandb = wandb
 
   def _tb_dir(self, phase: str) -> Path:
     return self.log_dir / phase if phase in self.own_axis_phases else self.log_dir
@@ -106,6 +110,8 @@ class MetricsLogger:
         if not isinstance(value, str) and value is not None:
           tag = key if "/" in key else f"{phase}/{key}"
           writer.add_scalar(tag, float(np.asarray(value).reshape(())), int(step))  # NaN kept: TB shows it
+    if self.wandb is not None:
+      self.wandb.log(int(step), metrics, phase, phase in self.own_axis_phases)
     self._pending += 1
     if self._pending >= self.flush_every:
       self.flush()
@@ -147,12 +153,63 @@ class MetricsLogger:
     for writer in self._writers.values():
       writer.close()
     self._writers = {}
+    if self.wandb is not None:
+      self.wandb.close()
 
   def __enter__(self) -> Self:
     return self
 
   def __exit__(self, *exc) -> None:
     self.close()
+
+
+class WandbSink:
+  """A Weights & Biases run fed the logger's numbers, with the run's resolved config. Optional: without the `wandb`
+  package (`pip install -e '.[wandb]'`) it warns once and logs nothing, and nothing else of the run changes. It works
+  offline (`WANDB_MODE=offline`: the run is written under `dir`/wandb, for `wandb sync` later).
+
+  Tags are TensorBoard's (`phase/key`, or the key itself when it is already namespaced: `actor/pg_loss`,
+  `episode/success_rate`, `val/...`). Iteration phases share the x-axis `iteration`; a phase on its own step axis (SFT)
+  plots against `<phase>/step`. The run's id is kept in `dir`/wandb_run_id, so a resumed run continues the same W&B
+  run (steps it logs again after its checkpoint appear twice there; metrics.jsonl is truncated, W&B cannot be)."""
+
+  def __init__(self, dir: str | os.PathLike, project: str, name: str, config: Mapping[str, Any] | None = None,
+               entity: str = ""):
+    self.run, self._axes = None, {}
+    try:
+      import wandb
+    except ImportError:
+      logger.warning("logging.wandb is on but the wandb package is not installed (pip install -e '.[wandb]'): "
+                     "no W&B run")
+      return
+    folder = Path(dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    id_file = folder / "wandb_run_id"
+    run_id = id_file.read_text().strip() if id_file.exists() else uuid.uuid4().hex[:12]
+    id_file.write_text(run_id)
+    self.run = wandb.init(project=project, entity=entity or None, name=name, id=run_id, resume="allow",
+                          dir=str(folder), config=dict(config or {}))
+
+  def log(self, step: int, metrics: Mapping[str, Any], phase: str, own_axis: bool) -> None:
+    if self.run is None:
+      return
+    axis = f"{phase}/step" if own_axis else "iteration"
+    data = {}
+    for key, value in metrics.items():
+      if isinstance(value, str) or value is None:
+        continue
+      tag = f"{phase}/{key}" if own_axis or "/" not in key else key
+      if tag not in self._axes:
+        self._axes[tag] = axis
+        self.run.define_metric(tag, step_metric=axis)
+      data[tag] = float(np.asarray(value).reshape(()))
+    if data:
+      self.run.log({axis: step, **data})
+
+  def close(self) -> None:
+    if self.run is not None:
+      self.run.finish()
+      self.run = None
 
 
 def untimed(record: Mapping[str, Any]) -> dict:

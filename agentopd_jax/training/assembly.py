@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 from pathlib import Path
 from typing import Any, Callable, List, Tuple
 
@@ -33,7 +34,7 @@ from agentopd_jax.objectives.registry import LossParams, Objective, get_objectiv
 from agentopd_jax.parallel import distributed
 from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.storage.checkpoints import CheckpointPool, run_params
-from agentopd_jax.storage.logs import LiveReport, MetricsLogger, NullLogger
+from agentopd_jax.storage.logs import LiveReport, MetricsLogger, NullLogger, WandbSink
 from agentopd_jax.training import data
 from agentopd_jax.training.config import RunConfig, from_config_dict, loss_params
 from agentopd_jax.training.config import method_names as methods_of
@@ -194,7 +195,9 @@ def build_run(c) -> RunParts:
   train_engine = rollout_engine(cfg, model, tokenizer, local_mesh, (task_share.stop - task_share.start) * g.group_size)
   val_engine = rollout_engine(cfg, model, tokenizer, local_mesh, (panel_share.stop - panel_share.start) * v.attempts)
   live = LiveReport()
-  log = (MetricsLogger(workdir / "logs", use_tensorboard=cfg.logging.tensorboard, on_log=live)
+  sink = (WandbSink(workdir / "logs", cfg.logging.wandb_project, workdir.name, json.loads(config_json),
+                    cfg.logging.wandb_entity) if primary and cfg.logging.wandb else None)
+  log = (MetricsLogger(workdir / "logs", use_tensorboard=cfg.logging.tensorboard, on_log=live, wandb=sink)
          if primary else NullLogger())
   optimizer = make_optimizer(cfg.optim)
   use_reference = cfg.loss.kl_coef > 0

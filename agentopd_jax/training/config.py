@@ -160,6 +160,9 @@ class CheckpointConfig:
 class LoggingConfig:
   tensorboard: bool = True
   plot: bool = True
+  wandb: bool = False                  # also log to Weights & Biases (the `wandb` extra; WANDB_MODE=offline works)
+  wandb_project: str = "agentopd_jax"
+  wandb_entity: str = ""               # "" -> the W&B default entity
 
 
 @dataclasses.dataclass(frozen=True)
