@@ -341,6 +341,57 @@ def test_a_rollout_split_in_two_plays_as_one(setup, layout):
   assert play(tasks, 0) == play(tasks[:2], 0) + play(tasks[2:], 2)
 
 
+def test_overlapped_env_stepping_plays_the_lock_step_episodes_while_the_other_half_decodes(setup):
+  """`rollout.overlap_env`: the envs of one half step while the sampler decodes the other half (the call order
+  shows it), and every episode's samples, step rewards and outcome equal lock-step's, token for token."""
+  games, tokenizer, config, params, sampler = setup
+  tasks, groups = group_tasks(games[:3], 2)
+  events = []
+
+  def play(overlap):
+    cfg = RolloutConfig(layout="step", max_steps=4, max_prompt_tokens=2048, max_response_tokens=10,
+                        overlap_env=overlap)
+    with VectorEnv(functools.partial(AlfworldEnv, "fast"), num_workers=2, num_envs=len(tasks)) as venv:
+      engine = RolloutEngine(sampler, tokenizer, venv, AlfworldText, cfg)
+      submit, wait, generate = venv.step_async, venv.step_wait, engine.sampler.generate
+
+      def step_async(actions):
+        events.append(("submit", tuple(i for i, a in enumerate(actions) if a is not None)))
+        return submit(actions)
+
+      def step_wait(pending):
+        events.append(("wait",))
+        return wait(pending)
+
+      def traced_generate(params, prompts, *args, **kwargs):
+        events.append(("generate", len(prompts)))
+        return generate(params, prompts, *args, **kwargs)
+
+      venv.step_async, venv.step_wait, engine.sampler.generate = step_async, step_wait, traced_generate
+      out = engine.run(params, tasks, tasks, groups, jax.random.key(5), SamplingParams(temperature=1.0))
+      engine.sampler.generate = generate
+    return out
+
+  lock = play(False)
+  lock_events = list(events)
+  events.clear()
+  overlapped = play(True)
+  key = lambda s: (s.traj_id, s.step_index, s.prompt_ids, s.completion_ids, s.step_reward, s.action)  # noqa: E731
+  assert sorted(map(key, overlapped.samples)) == sorted(map(key, lock.samples)) and lock.samples
+  assert [(e.won, e.reward, e.length) for e in overlapped.episodes] == [(e.won, e.reward, e.length)
+                                                                        for e in lock.episodes]
+  # Lock-step: generate, then submit and wait at once. Overlapped: the first half's step is submitted before the
+  # second half decodes, and waited for only after it (groups 0-1 are episodes 0-3, group 2 episodes 4-5).
+  assert lock_events[:3] == [("generate", 8), ("submit", tuple(range(6))), ("wait",)]
+  assert events[:5] == [("generate", 8), ("submit", (0, 1, 2, 3)), ("generate", 8), ("wait",), ("submit", (4, 5))]
+  assert events[5][0] == "generate" and events[6] == ("wait",)   # the second half steps while the first decodes
+
+
+def test_overlap_env_needs_the_step_layout():
+  with pytest.raises(ValueError, match="rollout.overlap_env needs layout 'step'"):
+    RolloutConfig(layout="trajectory", overlap_env=True)
+
+
 @pytest.mark.parametrize("fault", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "hung"])  # hung: step timeout
 def test_a_worker_lost_mid_rollout_fails_its_episodes_and_changes_nothing_else(setup, fault):
   """The worker hosting half the episodes is killed (or stopped, and so times out) before the second env step: the
@@ -355,15 +406,15 @@ def test_a_worker_lost_mid_rollout_fails_its_episodes_and_changes_nothing_else(s
     with VectorEnv(functools.partial(AlfworldEnv, "fast"), num_workers=2, num_envs=len(tasks),
                    step_timeout_s=3.0) as venv:
       lost = [i for i in range(len(tasks)) if venv.worker_pid(i) == venv.worker_pid(0)]
-      step, steps = venv.step, []
+      step_async, steps = venv.step_async, []
 
-      def step_with_fault(actions):
+      def step_with_fault(actions):  # the engine sends each step with step_async
         steps.append(1)
         if faulty and len(steps) == 2:
           os.kill(venv.worker_pid(0), fault)
-        return step(actions)
+        return step_async(actions)
 
-      venv.step = step_with_fault
+      venv.step_async = step_with_fault
       out = RolloutEngine(sampler, tokenizer, venv, AlfworldText, cfg).run(
           params, tasks, tasks, groups, jax.random.key(5), SamplingParams(temperature=1.0))
     return out, lost

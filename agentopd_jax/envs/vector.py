@@ -336,11 +336,23 @@ class VectorEnv:
     """Steps every env whose action is not None and whose episode is running; the others keep their last values."""
     if len(actions) != self.num_envs:
       raise ValueError(f"VectorEnv.step needs {self.num_envs} actions (None for inactive envs), got {len(actions)}")
+    return self.step_wait(self.step_async(actions))
+
+  def step_async(self, actions: Sequence[Optional[str]]) -> Dict[int, List[Tuple[int, Any]]]:
+    """Sends the step to the workers and returns at once, so the caller can work (decode another batch) while the
+    envs step; `step_wait` of the returned handle collects it. One step may be in flight per env: step the other
+    envs meanwhile, and wait before stepping these again."""
+    if len(actions) != self.num_envs:
+      raise ValueError(f"VectorEnv.step needs {self.num_envs} actions (None for inactive envs), got {len(actions)}")
     self._check_open()
     if not self._started:
       raise RuntimeError("VectorEnv.step called before reset")
-    self._run("step", {i: a for i, a in enumerate(actions) if a is not None and not self._dones[i]},
-              self.step_timeout_s)
+    return self._submit("step", {i: a for i, a in enumerate(actions) if a is not None and not self._dones[i]})
+
+  def step_wait(self, pending: Dict[int, List[Tuple[int, Any]]]
+                ) -> Tuple[List[Any], List[Any], List[bool], List[Dict[str, Any]]]:
+    """The envs' state after the step `pending` (from `step_async`) collected, as `step` returns it."""
+    self._collect("step", pending, self.step_timeout_s)
     return list(self._obs), list(self._scores), list(self._dones), list(self._infos)
 
   def worker_pid(self, i: int) -> int:
@@ -365,12 +377,18 @@ class VectorEnv:
 
   def _run(self, kind: str, args: Dict[int, Any], timeout_s: float):
     """Sends each worker its envs' batch, then collects the replies into the per-env state."""
+    self._collect(kind, self._submit(kind, args), timeout_s)
+
+  def _submit(self, kind: str, args: Dict[int, Any]) -> Dict[int, List[Tuple[int, Any]]]:
     batches: Dict[int, List[Tuple[int, Any]]] = {}
     for i, arg in args.items():
       w, j = self._slots[i]
       batches.setdefault(w, []).append((j, arg))
     for w, batch in batches.items():
       self._backend.submit(w, kind, batch)
+    return batches
+
+  def _collect(self, kind: str, batches: Dict[int, List[Tuple[int, Any]]], timeout_s: float):
     try:
       replies = self._backend.collect(list(batches), timeout_s) if batches else {}
     except BaseException:  # e.g. Ctrl-C in a notebook: replies still in flight would be read as the next call's

@@ -44,6 +44,9 @@ class RolloutConfig:
                                         # the sampler runs at another precision or sharding (paper presets)
   share_prefill: bool = True          # the rollouts of a group prefill the prompt head they share once (the sampler's
                                       # `prefix_keys`; each turn in the step layout, the first in the trajectory one)
+  overlap_env: bool = False           # step layout: two halves of the batch (whole GRPO groups) take turns, so that
+                                      # the env workers step one half while the sampler decodes the other; the same
+                                      # tokens as lock-step (row-keyed sampling), for env latency hidden by decoding
 
   def __post_init__(self):
     if self.layout not in LAYOUTS:
@@ -58,6 +61,8 @@ class RolloutConfig:
       raise ValueError(f"rollout.top_p must be in (0, 1], got {self.top_p}")
     if self.top_k < 0:
       raise ValueError(f"rollout.top_k must be >= 0, got {self.top_k}")
+    if self.overlap_env and self.layout != "step":
+      raise ValueError(f"rollout.overlap_env needs layout 'step' (a turn per env state), got {self.layout!r}")
 
 
 PLACEMENTS = ("user", "raw")
@@ -110,6 +115,17 @@ class _Episode:
     return EpisodeResult(problem_id=self.problem_id, group_id=self.group_id, traj_id=self.traj_id, won=self.won,
                          reward=self.reward, length=self.length, valid_actions=self.valid,
                          truncated=self.truncated, env_failed=self.failed, error=self.error, info=dict(self.info))
+
+
+def _halves(group_ids: Sequence[int]) -> List[List[int]]:
+  """Two halves of the episodes for `overlap_env`, of whole GRPO groups (so each half's prompts still share their
+  group's head): the first half of the groups, in order of first appearance, and the rest; one group is cut in two."""
+  order = list(dict.fromkeys(group_ids))
+  if len(order) < 2:
+    n = len(group_ids)
+    return [list(range(n // 2)), list(range(n // 2, n))]
+  first = set(order[:(len(order) + 1) // 2])
+  return [[i for i, g in enumerate(group_ids) if g in first], [i for i, g in enumerate(group_ids) if g not in first]]
 
 
 class RolloutEngine:
@@ -175,8 +191,18 @@ class RolloutEngine:
 
   # ------------------------------------------------------------------------------------------ env stepping
   def _step_envs(self, episodes: List[_Episode], actions: Dict[int, str], timer):
+    self._apply_step(episodes, actions, self._submit_step(episodes, actions, timer), timer)
+
+  def _submit_step(self, episodes: List[_Episode], actions: Dict[int, str], timer):
     t0 = time.perf_counter()
-    obs, scores, dones, infos = self.env.step([actions.get(i) for i in range(len(episodes))])
+    pending = self.env.step_async([actions.get(i) for i in range(len(episodes))])
+    timer["env_s"] += time.perf_counter() - t0
+    return pending
+
+  def _apply_step(self, episodes: List[_Episode], actions: Dict[int, str], pending, timer):
+    """Collects a step `_submit_step` sent (`env_s`: the time spent waiting on it) into the episodes."""
+    t0 = time.perf_counter()
+    obs, scores, dones, infos = self.env.step_wait(pending)
     timer["env_s"] += time.perf_counter() - t0
     faults.point("rollout/turn")
     for i, action in actions.items():
@@ -232,46 +258,71 @@ class RolloutEngine:
 
   # ------------------------------------------------------------------------------------------ step layout
   def _run_steps(self, params, episodes: List[_Episode], keys, sampling, timer, context):
+    """Every turn, the live episodes' prompts -> one reply each -> the env step. With `overlap_env` the episodes are
+    split into two halves of whole groups that take turns: half A decodes while half B's envs step, then B decodes
+    while A's step. A row's tokens depend on its key and turn only, so both orders play the same episodes."""
     cfg = self.config
+    if not cfg.overlap_env:
+      for t in range(cfg.max_steps):
+        actions = self._turn(params, episodes, [i for i, ep in enumerate(episodes) if not ep.done], keys, t,
+                             sampling, timer, context)
+        if not actions:
+          return
+        self._step_envs(episodes, actions, timer)
+      return
+    halves = _halves([ep.group_id for ep in episodes])
+    pending = None  # (actions, handle) of the other half's step in flight
     for t in range(cfg.max_steps):
-      live = [i for i, ep in enumerate(episodes) if not ep.done]
-      if not live:
-        return
-      texts, prompts = [], []
-      for i in live:
-        ids, text = self._prompt_ids(i, episodes[i].view.step_prompt(), context)
-        texts.append(text)
-        if len(ids) > cfg.max_prompt_tokens:
-          ids = ids[-cfg.max_prompt_tokens:]
-          timer["prompt_truncations"] += 1
-        prompts.append(ids)
-      # Pad the batch to a bucket so a shrinking set of live envs reuses a few compiled shapes.
-      width = -(-len(live) // cfg.batch_bucket) * cfg.batch_bucket
-      dummies = width - len(live)
-      rows = jnp.asarray(live + [live[0]] * dummies)  # a dummy row's one token is discarded: any key will do
-      out = self._generate(self.sampler.generate, timer, prompts, range(len(live)), params,
-                           prompts + [[self.sampler.pad_id]] * dummies,
-                           fold_in(keys[rows], t), sampling,
-                           row_max_new_tokens=[cfg.max_response_tokens] * len(live) + [1] * dummies,
-                           prefix_keys=self._prefix_keys([episodes[i] for i in live] + [None] * dummies))
-      actions = {}
-      for j, i in enumerate(live):
-        ep = episodes[i]
-        ids = out.row(j)
-        response = self._decode(ids)
-        action, valid = ep.view.project(response)
-        actions[i] = action
-        ep.length += 1
-        ep.valid += valid
-        ep.samples.append(Sample(
-            prompt_ids=prompts[j], completion_ids=ids, completion_mask=[1] * len(ids),
-            behaviour_logprobs=out.policy_logprobs[j, :len(ids)].tolist(),
-            rollout_logprobs=out.logprobs[j, :len(ids)].tolist(), group_id=ep.group_id,
-            problem_id=ep.problem_id, traj_id=ep.traj_id, step_index=t, action_valid=float(valid),
-            invalid_actions=1 - valid, prompt_text=texts[j], response_text=response, observation=ep.observation,
-            action=action))
-      del out  # its KV cache would otherwise stay alive beside the next step's
-      self._step_envs(episodes, actions, timer)
+      for half in halves:
+        actions = self._turn(params, episodes, [i for i in half if not episodes[i].done], keys, t, sampling, timer,
+                             context)
+        if pending is not None:
+          self._apply_step(episodes, *pending, timer)
+        pending = (actions, self._submit_step(episodes, actions, timer)) if actions else None
+    if pending is not None:
+      self._apply_step(episodes, *pending, timer)
+
+  def _turn(self, params, episodes: List[_Episode], live: List[int], keys, t: int, sampling, timer, context
+            ) -> Dict[int, str]:
+    """Turn t of the `live` episodes: their prompts, one reply each (recorded as samples); {episode: action}."""
+    cfg = self.config
+    if not live:
+      return {}
+    texts, prompts = [], []
+    for i in live:
+      ids, text = self._prompt_ids(i, episodes[i].view.step_prompt(), context)
+      texts.append(text)
+      if len(ids) > cfg.max_prompt_tokens:
+        ids = ids[-cfg.max_prompt_tokens:]
+        timer["prompt_truncations"] += 1
+      prompts.append(ids)
+    # Pad the batch to a bucket so a shrinking set of live envs reuses a few compiled shapes.
+    width = -(-len(live) // cfg.batch_bucket) * cfg.batch_bucket
+    dummies = width - len(live)
+    rows = jnp.asarray(live + [live[0]] * dummies)  # a dummy row's one token is discarded: any key will do
+    out = self._generate(self.sampler.generate, timer, prompts, range(len(live)), params,
+                         prompts + [[self.sampler.pad_id]] * dummies,
+                         fold_in(keys[rows], t), sampling,
+                         row_max_new_tokens=[cfg.max_response_tokens] * len(live) + [1] * dummies,
+                         prefix_keys=self._prefix_keys([episodes[i] for i in live] + [None] * dummies))
+    actions = {}
+    for j, i in enumerate(live):
+      ep = episodes[i]
+      ids = out.row(j)
+      response = self._decode(ids)
+      action, valid = ep.view.project(response)
+      actions[i] = action
+      ep.length += 1
+      ep.valid += valid
+      ep.samples.append(Sample(
+          prompt_ids=prompts[j], completion_ids=ids, completion_mask=[1] * len(ids),
+          behaviour_logprobs=out.policy_logprobs[j, :len(ids)].tolist(),
+          rollout_logprobs=out.logprobs[j, :len(ids)].tolist(), group_id=ep.group_id,
+          problem_id=ep.problem_id, traj_id=ep.traj_id, step_index=t, action_valid=float(valid),
+          invalid_actions=1 - valid, prompt_text=texts[j], response_text=response, observation=ep.observation,
+          action=action))
+    del out  # its KV cache would otherwise stay alive beside the next step's
+    return actions
 
   # ------------------------------------------------------------------------------------ trajectory layout
   def _run_trajectories(self, params, episodes: List[_Episode], keys, sampling, timer, context):
