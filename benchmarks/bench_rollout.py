@@ -10,6 +10,10 @@ rollout that compiles: the median over `--repeats` rollouts of wall seconds, epi
 rollout's own split (`generate_s`, and `env_s`: the time it waited on env workers). Arms of one delay must play the
 same samples (`same_samples`): overlapping changes when envs step, not what is played.
 
+Beside it, the shared group prefill (`rollout.share_prefill`, the sampler's `prefix_keys`): one group of `--group`
+rows whose prompts are one `--prompt`-token prompt, one new token each, prefilled row by row against the head once
+(best of `--repeats` after a compiling call), with the first token's log-probs of both (equal to rounding).
+
   python benchmarks/bench_rollout.py --out /tmp/rollout.json
 """
 from __future__ import annotations
@@ -50,6 +54,7 @@ def main():
   p.add_argument("--max_steps", type=int, default=10)
   p.add_argument("--delays_ms", default="0,50")
   p.add_argument("--repeats", type=int, default=2)
+  p.add_argument("--prompt", type=int, default=512)
   p.add_argument("--out", default=None)
   args = p.parse_args()
 
@@ -104,7 +109,30 @@ def main():
     arms["same_samples"] = arms["lock_step"]["digest"] == arms["overlap_env"]["digest"]
     arms["speedup"] = round(arms["lock_step"]["wall_s"] / arms["overlap_env"]["wall_s"], 3)
     out["delays"][f"{delay:g}ms"] = arms
+  out["group_prefill"] = group_prefill(sampler, config, params, args.group, args.prompt, args.repeats)
   emit_json(out, args.out)
+
+
+def group_prefill(sampler, config, params, group: int, prompt: int, repeats: int) -> dict:
+  import jax
+  import numpy as np
+  from common import best_time
+
+  from agentopd_jax.sampling.sampler import SamplingParams
+
+  prompts = [np.random.default_rng(0).integers(5, config.vocab_size, prompt).tolist()] * group
+  greedy = SamplingParams(max_new_tokens=1, temperature=0.0)
+  calls = {"whole_rows": None, "shared_head": [0] * group}
+  out, logprobs = {}, {}
+  for name, keys in calls.items():
+    run = lambda keys=keys: sampler.generate(params, prompts, jax.random.key(0), greedy, prefix_keys=keys)  # noqa: E731
+    out[f"{name}_s"] = round(best_time(run, repeats), 4)
+    result = run()
+    logprobs[name] = np.asarray(result.policy_logprobs)[:, 0]
+    out[f"{name}_prefilled_tokens"] = group * prompt - int(result.prefill_saved)
+  out["speedup"] = round(out["whole_rows_s"] / out["shared_head_s"], 2)
+  out["max_logprob_diff"] = float(np.abs(logprobs["whole_rows"] - logprobs["shared_head"]).max())
+  return {"group": group, "prompt_tokens": prompt, **out}
 
 
 if __name__ == "__main__":
