@@ -359,9 +359,9 @@ class Sampler:
         which[r], skip[r] = len(heads), len(prompt) - 1
         heads.append(list(prompt[:-1]))
     width = min(bucket(max(map(len, heads)), self.bucket), state.cache.capacity)
-    # As many head rows as heads (then a few buckets per octave): padding rows would be prefilled in full, which for
-    # one group's single head cost as much as the whole rows it spares.
-    tokens = np.zeros((bucket(len(heads), 1), width), np.int32)
+    # Head rows in multiples of 4 (then a few buckets per octave): padding rows are prefilled in full, so a bucket of
+    # 8 cost one group's single head as much as the whole rows it spares; exact counts would compile a program each.
+    tokens = np.zeros((bucket(len(heads), 4), width), np.int32)
     segments = np.zeros_like(tokens)
     for h, ids in enumerate(heads):
       tokens[h, :len(ids)], segments[h, :len(ids)] = ids, 1
