@@ -1,6 +1,7 @@
 """GiGPO (`objectives/gigpo.py`, `methods/gigpo.py`) against hand-computed groups and advantages: discounted step
 returns with the invalid-action penalty on its own step only, anchor groups by equality and by similarity, singleton
 step groups at 0, both modes, ω, and the method's hook on a rollout's step samples."""
+import difflib
 import math
 import types
 
@@ -34,7 +35,7 @@ def test_anchor_groups_by_similarity_join_the_first_close_cluster():
   texts = ["you see a red apple on the table", "you see a red apple on the tablE", "nothing here", "you see a red"]
   ids = anchor_groups([0, 0, 0, 0], texts, similarity=True, threshold=0.9)
   assert ids[0] == ids[1] and len({ids[0], ids[2], ids[3]}) == 3
-  ratio = lambda a, b: __import__("difflib").SequenceMatcher(None, a, b).ratio()
+  ratio = lambda a, b: difflib.SequenceMatcher(None, a, b).ratio()  # noqa: E731
   assert ratio(texts[0], texts[1]) >= 0.9 > ratio(texts[0], texts[3])
 
 
@@ -76,12 +77,11 @@ def test_the_method_computes_both_levels_from_step_samples():
   signals = method.signals(Iteration(iteration=1, key=None, tasks=[], envs=[], groups=[], first_episode=0,
                                      params=None, samples=samples))
   episode = np.asarray([10.0, 10.0, -0.1, 0.0])
-  step = np.asarray([9.5, 10.0, -0.1, 0.0])        # returns 9.5, 10, 0, 0; the invalid step's penalty after
+  # Step scores: returns 9.5, 10, 0, 0, then the invalid step's penalty: 9.5, 10, -0.1, 0.
   a_step = [(9.5 - (9.5 - 0.1) / 2), 0.0, (-0.1 - (9.5 - 0.1) / 2), 0.0]   # "start" pairs; "room", "hall" alone
   np.testing.assert_allclose(signals.advantages, episode - episode.mean() + np.asarray(a_step), rtol=1e-5)
   assert signals.metrics["gigpo/step_group_mean_size"] == pytest.approx(4 / 3)
   assert signals.metrics["gigpo/step_group_singleton_ratio"] == pytest.approx(2 / 3)
-  del step
 
 
 def test_config_errors_name_the_field_and_presets_follow_the_scripts():

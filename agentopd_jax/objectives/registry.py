@@ -166,7 +166,8 @@ def grpo_loss(scores: Scores, batch: TrainBatch, params: LossParams,
 
   with ρ = π_θ / π_old on the sampled tokens, A = `batch.advantages` (already broadcast over the loss mask) and the
   coefficients of `params.core`. With rollout correction on, the surrogate's per-token values are multiplied by
-  `batch.rollout_is_weights` (constants, `objectives.rollout_correction`) before the aggregation, as verl does. The building block for objectives that add an auxiliary per-token term on top of GRPO.
+  `batch.rollout_is_weights` (constants, `objectives.rollout_correction`) before the aggregation, as verl does. The
+  building block for objectives that add an auxiliary per-token term on top of GRPO.
 
   Metrics (micro-batch contributions; see the module docstring): pg_loss, entropy, kl (agg with loss_agg_mode, as
   verl logs them); pg_clipfrac, pg_clipfrac_lower, ppo_kl, logprob_drift (token means). logprob_drift = mean

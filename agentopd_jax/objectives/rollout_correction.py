@@ -241,7 +241,7 @@ def _is_metrics(weights: np.ndarray, raw: np.ndarray, mask: np.ndarray, threshol
 
 
 def correct(samples: Sequence[Sample], cfg: RolloutCorrectionConfig,
-            gather: Callable[[List[float]], np.ndarray] = np.asarray
+            gather: Callable[[List[float]], Sequence[float]] = list
             ) -> Tuple[List[Sample], Optional[List[np.ndarray]], Dict[str, float]]:
   """(the samples with rejected tokens out of their completion masks, per-sample IS weights over their completion
   tokens or None when `is_level` is "", the `rollout_corr/` metrics). `gather` sums a list of numbers over processes

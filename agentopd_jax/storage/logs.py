@@ -40,6 +40,11 @@ def _scalar(key: str, value: Any) -> float | str | None:
   return x if math.isfinite(x) else None
 
 
+def _tag(key: str, phase: str) -> str:
+  """A metric's TensorBoard and W&B tag: the key itself when already namespaced ("actor/pg_loss"), else phase/key."""
+  return key if "/" in key else f"{phase}/{key}"
+
+
 def _drop_torn_tail(path: Path) -> None:
   """Cut a last line left half-written by a crash; appending after it would glue two records into bad JSON."""
   if not path.exists() or path.stat().st_size == 0:
@@ -108,7 +113,7 @@ class MetricsLogger:
       writer = self._tensorboard(phase)
       for key, value in metrics.items():
         if not isinstance(value, str) and value is not None:
-          tag = key if "/" in key else f"{phase}/{key}"
+          tag = _tag(key, phase)
           writer.add_scalar(tag, float(np.asarray(value).reshape(())), int(step))  # NaN kept: TB shows it
     if self.wandb is not None:
       self.wandb.log(int(step), metrics, phase, phase in self.own_axis_phases)
@@ -198,7 +203,7 @@ class WandbSink:
     for key, value in metrics.items():
       if isinstance(value, str) or value is None:
         continue
-      tag = f"{phase}/{key}" if own_axis or "/" not in key else key
+      tag = f"{phase}/{key}" if own_axis else _tag(key, phase)
       if tag not in self._axes:
         self._axes[tag] = axis
         self.run.define_metric(tag, step_metric=axis)

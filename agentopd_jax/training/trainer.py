@@ -232,8 +232,7 @@ class Trainer:
     is_weights = None
     if cfg.rollout_correction.enabled or cfg.rollout.recompute_old_logprobs:
       # π_old against the sampler's π_rollout: measured whenever they can differ, corrected where configured.
-      trained, is_weights, corr = rollout_correction.correct(
-          trained, cfg.rollout_correction, lambda xs: np.sum(distributed.allgather(xs), axis=0))
+      trained, is_weights, corr = rollout_correction.correct(trained, cfg.rollout_correction, distributed.totals)
       metrics.update(corr)
     it.samples, it.advantages = trained, advantages
     # Below, every process takes part whether or not it has samples left: the metrics, the retriever's feedback and
@@ -257,7 +256,7 @@ class Trainer:
                                     teacher=teacher, agree=distributed.shape_agreement(),
                                     share_prefixes=cfg.share_prefixes and cfg.pack_width > 0
                                     and jax.process_count() == 1,
-                                    is_weights=is_weights if cfg.rollout_correction.is_level else None)
+                                    is_weights=is_weights)
                    if anywhere else [])
     if p.objective.prepare is not None:
       minibatches = [p.objective.prepare(b, p.loss, iteration) for b in minibatches]
