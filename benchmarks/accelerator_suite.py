@@ -9,9 +9,12 @@
       (the call minus a prefill + one-step call with the same cache capacity);
   (c) one GRPO iteration end to end: the trainer's own `Trainer.iteration` (ALFWorld rollout on generated games
       through the env workers, advantages, packed update with the reference forward), run twice from the
-      random-init policy: the first compiles, the second is the figure.
+      random-init policy: the first compiles, the second is the figure;
+  (d) rollout throughput, `bench_rollout`'s arms (lock-step, overlapped env stepping, waves of half the slots,
+      continuous refill on-policy and with staleness 1) at each env delay of --rollout_delays_ms, with the preset's
+      shapes over the built-in tokenizer's vocabulary, once (the first kernel).
 
-(a) and (b) run on one device; (c) on the trainer's mesh over every device. Each part runs once per attention kernel
+(a), (b) and (d) run on one device; (c) on the trainer's mesh over every device. Each part runs once per attention kernel
 in --impls (`ModelConfig.attention_impl`; default xla and dot_product, plus cudnn on a GPU with bf16/f16 compute;
 (c) takes the kernel through the run config's `model.attention_impl`, and --quick runs it with the first kernel
 only); a part that fails records its error and the others go on. The model is the qwen2.5-1.5b preset with random
@@ -38,7 +41,7 @@ from bench_train_step import bench_train_step, matmul_params
 from common import emit_json
 
 ROOT = Path(__file__).resolve().parent.parent
-PARTS = ("train", "decode", "grpo")
+PARTS = ("train", "decode", "grpo", "rollout")
 # Dense (no sparsity) bf16 peak of one JAX device, TFLOP/s, from the vendors' datasheets. Matched as a substring of
 # `device_kind`, first hit wins, so variants come before their family (TPU v5e reports "TPU v5 lite", v5p "TPU v5").
 PEAK_BF16_TFLOPS = (
@@ -70,6 +73,8 @@ def parse_args(argv=None):
   p.add_argument("--group", type=int, default=8, help="GRPO: episodes per task")
   p.add_argument("--max_steps", type=int, default=4, help="GRPO: env steps per episode")
   p.add_argument("--response_tokens", type=int, default=32, help="GRPO: tokens per reply")
+  p.add_argument("--rollout_delays_ms", default="0,50", help="rollout: env delays per step, comma-separated")
+  p.add_argument("--rollout_repeats", type=int, default=2, help="rollout: timed calls per arm (median reported)")
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--quick", action="store_true",
                  help="CPU smoke run: tiny preset and shapes, 2 repeats, the GRPO part with the first kernel only")
@@ -79,6 +84,7 @@ def parse_args(argv=None):
     args.preset, args.batch, args.micro, args.seq, args.repeats = "tiny", 2, 2, 128, 2
     args.decode_batch, args.prompt_len, args.new_tokens = 2, 16, 16
     args.tasks, args.group, args.max_steps, args.response_tokens = 2, 2, 2, 8
+    args.rollout_delays_ms, args.rollout_repeats = "0", 1
   args.only = _names(args.only)
   if set(args.only) - set(PARTS):
     p.error(f"--only: unknown parts {sorted(set(args.only) - set(PARTS))}")
@@ -228,6 +234,23 @@ def measure_grpo_iteration(c, iterations: int = 2) -> dict:
           "update_tokens_per_s": round(last["batch/tokens"] / last["time/update_s"], 1)}
 
 
+def measure_rollout(cfg, tasks: int, group: int, max_steps: int, delays_ms, repeats: int, seed: int = 0) -> dict:
+  """`bench_rollout.rollout_benchmark` on `cfg`'s shapes over the built-in tokenizer's vocabulary (random weights)."""
+  import jax
+  from bench_rollout import rollout_benchmark
+
+  from agentopd_jax.envs.verl_agent.corpus import default_corpus
+  from agentopd_jax.models import transformer
+  from agentopd_jax.models.tokenizer import builtin_tokenizer
+
+  tokenizer = builtin_tokenizer(default_corpus())
+  cfg = cfg.replace(vocab_size=len(tokenizer))
+  out = rollout_benchmark(cfg, transformer.init_params(cfg, jax.random.key(seed)), tokenizer, tasks, group, 0,
+                          min(os.cpu_count() or 1, 16), max_steps, [float(d) for d in delays_ms], repeats)
+  del out["sampler"]
+  return out
+
+
 # --- main ---------------------------------------------------------------------------------------------------------
 
 def guarded(name: str, fn, *args, **kwargs) -> dict:
@@ -289,6 +312,10 @@ def main(argv=None) -> dict:
         c = grpo_config(args.preset, dtype, impl, workdir, args.tasks, args.group, args.max_steps,
                         args.response_tokens, args.seed)
         out["grpo_iteration"] = guarded(f"{impl} GRPO iteration", measure_grpo_iteration, c)
+  if "rollout" in args.only:
+    result["rollout"] = guarded(f"{impls[0]} rollout", measure_rollout, base.replace(attention_impl=impls[0]),
+                                args.tasks, args.group, args.max_steps, _names(args.rollout_delays_ms),
+                                args.rollout_repeats, args.seed)
   pick = {"mfu": ("train_step", "mfu"), "train_step_s": ("train_step", "median_s"),
           "decode_tokens_per_s": ("decode", "decode_tokens_per_s"),
           "generate_tokens_per_s": ("decode", "generate", "tokens_per_s"),

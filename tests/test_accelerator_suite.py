@@ -37,3 +37,12 @@ def test_train_step_and_decode_report_sane_figures():
                                 new_tokens=32, repeats=3)
   assert decode["generate"]["tokens_per_s"] > 0 and decode["prefill_plus_1_step"]["median_s"] > 0
   assert decode["decode_ms_per_step"] > 0 and decode["decode_tokens_per_s"] > 0
+
+
+def test_rollout_part_plays_every_arm_and_the_on_policy_ones_agree():
+  out = suite.measure_rollout(preset("tiny"), tasks=2, group=2, max_steps=2, delays_ms=["0"], repeats=1)
+  arms = out["delays"]["0ms"]
+  assert out["episodes"] == 4 and out["slots"] == 2 and arms["same_samples"]
+  for name in ("lock_step", "overlap_env", "waves", "refill", "refill_stale"):
+    assert arms[name]["wall_s"] > 0 and arms[name]["samples"] > 0 and arms[name]["idle_slot_turns"] >= 0
+  assert arms["refill"]["stale_samples"] == 0 and arms["waves"]["turns"] >= arms["refill"]["turns"]

@@ -4,6 +4,7 @@ What must hold for training to be correct: completion ids, masks and behaviour l
 the loss mask covers exactly the generated tokens (never an observation or prompt token); the behaviour log-probs
 equal what the trainer's scorer computes for the same tokens; episode outcomes reach every sample of the episode.
 """
+import dataclasses
 import functools
 import json
 import os
@@ -27,6 +28,7 @@ from agentopd_jax.models.tokenizer import builtin_tokenizer, render_chat  # noqa
 from agentopd_jax.rollout.chat import ChatFormat  # noqa: E402
 from agentopd_jax.rollout.demonstrations import demonstration_samples  # noqa: E402
 from agentopd_jax.rollout.engine import RolloutConfig, RolloutEngine  # noqa: E402
+from agentopd_jax.rollout.refill import RefillRollouts  # noqa: E402
 from agentopd_jax.envs.alfworld.text import AlfworldText  # noqa: E402
 from agentopd_jax.rollout.text_envs import make_text_env  # noqa: E402
 from agentopd_jax.sampling.sampler import SHARE_WHEN_SAVED, Sampler, SamplingParams  # noqa: E402
@@ -137,6 +139,9 @@ def test_masks_ids_and_logprobs_line_up(setup, layout):
   assert rollout.stats["prefill_tokens"] == prefilled
   assert rollout.stats["generated_tokens"] == sum(n for _, n in blocks)
   assert rollout.stats["decode_steps"] == sum(longest.values())
+  rows = {turn: sum(t == turn for t, _ in blocks) for turn in longest}  # the rows each turn decodes: its live ones
+  width = (lambda r: -(-r // 8) * 8) if layout == "step" else (lambda r: len(rollout.episodes))  # batch_bucket 8
+  assert rollout.stats["decode_row_steps"] == sum(width(rows[t]) * longest[t] for t in longest)
   batch, trainer_logprobs = _scored(setup, samples)
   for b, s in enumerate(samples):
     generated = np.zeros(batch.tokens.shape[1], bool)
@@ -427,3 +432,43 @@ def test_a_worker_lost_mid_rollout_fails_its_episodes_and_changes_nothing_else(s
                       if s.traj_id not in lost]
   assert kept(faulted) == kept(clean) and kept(clean)
   assert {s.traj_id for s in faulted.samples}.isdisjoint(lost)
+
+
+def test_refill_plays_the_lock_step_episodes_token_for_token(setup):
+  """`rollout.refill`: in 3 slots for 6 episodes (strictly on-policy), and with stale carry-over under unchanged
+  weights, every episode a batch holds is a lock-step episode of its draw, sample for sample."""
+  games, tokenizer, config, params, sampler = setup
+  cfg = RolloutConfig(layout="step", max_steps=3, max_prompt_tokens=2048, max_response_tokens=10)
+  draws = lambda d: games[:3] if d == 0 else [games[d % 3]]  # noqa: E731
+  key = lambda d: jax.random.fold_in(jax.random.key(11), d)  # noqa: E731
+  def sample_key(s):
+    return s.problem_id, s.step_index, tuple(s.prompt_ids), tuple(s.completion_ids), s.step_reward, s.action
+
+  def episodes(rollout):
+    by_traj = {}
+    for s in rollout.samples:
+      by_traj.setdefault(s.traj_id, []).append(sample_key(s))
+    return sorted(map(tuple, by_traj.values()))
+
+  def lock_step(d):
+    tasks, groups = group_tasks(draws(d), 2)
+    with VectorEnv(functools.partial(AlfworldEnv, "fast"), num_workers=2, num_envs=len(tasks)) as venv:
+      return RolloutEngine(sampler, tokenizer, venv, AlfworldText, cfg).run(
+          params, tasks, tasks, groups, key(d), SamplingParams(temperature=1.0))
+
+  def refill(max_staleness, calls, groups):
+    rcfg = dataclasses.replace(cfg, refill=True, refill_slots=3, max_staleness=max_staleness)
+    with VectorEnv(functools.partial(AlfworldEnv, "fast"), num_workers=2, num_envs=3) as venv:
+      engine = RefillRollouts(RolloutEngine(sampler, tokenizer, venv, AlfworldText, rcfg), 2,
+                              lambda d: (draws(d), key(d), 0), max_staleness)
+      return [engine.run(params, v, groups, SamplingParams(temperature=1.0))[0] for v in range(calls)], engine
+
+  (on_policy,), _ = refill(0, 1, 3)
+  lock = lock_step(0)
+  assert episodes(on_policy) == episodes(lock) and len(lock.samples) == len(on_policy.samples)
+  assert sorted((e.problem_id, e.won, e.reward, e.length) for e in on_policy.episodes) == sorted(
+      (e.problem_id, e.won, e.reward, e.length) for e in lock.episodes)
+  stale, engine = refill(1, 3, 1)
+  played = {ep for d in range(engine.next_draw) for ep in episodes(lock_step(d))}
+  assert all(set(episodes(r)) <= played and len(episodes(r)) == 2 for r in stale)
+  assert sum(r.stats["refill_stale_samples"] for r in stale) > 0  # some batch held samples of an older version

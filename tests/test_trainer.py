@@ -221,14 +221,20 @@ def test_hf_folder_and_trajectory_layout(tmp_path, games_root):
 def test_gigpo_runs_with_its_two_level_advantage(tmp_path, games_root):
   """The `gigpo` variant end to end: step samples carry the env's step rewards and raw observations, and the
   advantages come from the anchor groups (every episode of a task group starts in the same state, so no iteration's
-  groups are all singletons)."""
+  groups are all singletons). The rollouts refill 3 env slots with stale carry-over (`rollout.refill`, corrected
+  against the sampler), and the W&B sink is on, offline: the run's W&B files sit beside its logs."""
   workdir = str(tmp_path / "gigpo")
-  # With the W&B sink on, offline: the run's W&B files sit beside its logs.
-  _finish(_train(workdir, games_root, ":gigpo", {"grpo.iterations": 1, "logging.wandb": True},
-                 env=dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true")))
-  (train,) = [r for r in read_metrics(os.path.join(workdir, "logs")) if r["phase"] == "train"]
-  assert train["gigpo/step_group_mean_size"] > 1 and train["gigpo/step_group_singleton_ratio"] < 1
-  assert np.isfinite(train["actor/pg_loss"])
+  _finish(_train(workdir, games_root, ":gigpo", {
+      "logging.wandb": True, "rollout.refill": True, "rollout.refill_slots": 3, "rollout.max_staleness": 1,
+      "rollout.recompute_old_logprobs": True, "rollout_correction.is_level": "token"},
+      env=dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true")))
+  train = [r for r in read_metrics(os.path.join(workdir, "logs")) if r["phase"] == "train"]
+  for row in train:
+    assert row["gigpo/step_group_mean_size"] > 1 and row["gigpo/step_group_singleton_ratio"] < 1
+    assert np.isfinite(row["actor/pg_loss"]) and row["rollout/refill_starts"] > 0
+  # Each batch holds 2 complete groups of 4 (a sample per step); the next draw's episodes ran on past the first one.
+  assert len(train) == 2 and all(r["batch/samples"] >= 8 for r in train)
+  assert train[0]["rollout/refill_carried_episodes"] > 0 and train[0]["rollout/refill_stale_samples"] == 0
   run_id = open(os.path.join(workdir, "logs", "wandb_run_id")).read()
   assert [d for d in os.listdir(os.path.join(workdir, "logs", "wandb")) if d.startswith("offline-run-")
           and d.endswith(run_id)]

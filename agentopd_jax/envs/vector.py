@@ -332,6 +332,18 @@ class VectorEnv:
     self._started = True
     return list(self._obs), list(self._infos)
 
+  def reset_envs(self, tasks: Dict[int, Any]) -> Tuple[List[Any], List[Dict[str, Any]]]:
+    """Starts a new episode in env i on `tasks[i]` for each key i only; the other envs keep theirs (continuous
+    refill: a slot whose episode ended takes the next queued one). Returns every env's (obs, infos), as `reset`."""
+    if any(not 0 <= i < self.num_envs for i in tasks):
+      raise ValueError(f"VectorEnv.reset_envs: env indices must be in [0, {self.num_envs}), got {sorted(tasks)}")
+    self._check_open()
+    for i in tasks:
+      self._scores[i], self._dones[i] = 0, False
+    self._run("reset", dict(tasks), self.reset_timeout_s)
+    self._started = True
+    return list(self._obs), list(self._infos)
+
   def step(self, actions: Sequence[Optional[str]]) -> Tuple[List[Any], List[Any], List[bool], List[Dict[str, Any]]]:
     """Steps every env whose action is not None and whose episode is running; the others keep their last values."""
     if len(actions) != self.num_envs:

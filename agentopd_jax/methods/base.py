@@ -98,6 +98,9 @@ class Method:
   sections    the run-config sections its constructor takes, in order (assembly passes them, typed)
   provides    the `Signals` fields the method sets (two methods of a run may not set the same one)
   log_phases  the extra metric phases it logs, kept on resume
+  fixed_draw  whether it reads the iteration's task draw as drawn, before or beside the rollout (a prompt context per
+              episode, rollouts of its own): continuous refill (`rollout.refill`), which batches groups in order of
+              completion, is refused for it
   preset(c, paper) -> c: the method's variant of the env configs (`configs/<env>.py:<name>`) on top of the CPU
               default (paper False) or of a paper model (`<name>_<model>`, paper True, only with `paper_variants`);
               None: no variant
@@ -109,6 +112,7 @@ class Method:
   sections: tuple = ()
   provides: frozenset = frozenset()
   log_phases: tuple = ()
+  fixed_draw: bool = False
   preset: Optional[Callable] = None
   paper_variants: bool = True
 

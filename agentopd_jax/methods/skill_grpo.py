@@ -18,6 +18,7 @@ class SkillGrpo(Method):
   objective = "grpo"
   sections = ("skills",)
   provides = frozenset({"context"})
+  fixed_draw = True
 
   def __init__(self, skills_cfg):
     self.skills_cfg = skills_cfg

@@ -47,6 +47,11 @@ class RolloutConfig:
   overlap_env: bool = False           # step layout: two halves of the batch (whole GRPO groups) take turns, so that
                                       # the env workers step one half while the sampler decodes the other; the same
                                       # tokens as lock-step (row-keyed sampling), for env latency hidden by decoding
+  refill: bool = False                # step layout: a slot whose episode ended starts the next queued one, and a
+                                      # batch closes at grpo.tasks_per_iteration complete groups (`rollout.refill`)
+  refill_slots: int = 0               # with refill: episodes played at once (env slots); 0: the whole batch
+  max_staleness: int = 0              # with refill: policy versions a sample may be trained after the one that
+                                      # sampled it; 0: strictly on-policy (the lock-step episodes, in fewer slots)
 
   def __post_init__(self):
     if self.layout not in LAYOUTS:
@@ -63,6 +68,17 @@ class RolloutConfig:
       raise ValueError(f"rollout.top_k must be >= 0, got {self.top_k}")
     if self.overlap_env and self.layout != "step":
       raise ValueError(f"rollout.overlap_env needs layout 'step' (a turn per env state), got {self.layout!r}")
+    if self.refill and self.layout != "step":
+      raise ValueError(f"rollout.refill needs layout 'step' (a slot takes a new episode between turns), got "
+                       f"{self.layout!r}")
+    if self.refill and self.overlap_env:
+      raise ValueError("rollout.refill and rollout.overlap_env: choose one (refill keeps every slot busy; overlap "
+                       "hides env latency behind decoding)")
+    for name in ("refill_slots", "max_staleness"):
+      if getattr(self, name) < 0:
+        raise ValueError(f"rollout.{name} must be >= 0, got {getattr(self, name)}")
+      if getattr(self, name) and not self.refill:
+        raise ValueError(f"rollout.{name}={getattr(self, name)} needs rollout.refill=True")
 
 
 PLACEMENTS = ("user", "raw")
@@ -108,13 +124,49 @@ class _Episode:
   def keep_info(self, infos: Dict):
     self.info.update({k: infos[k] for k in EPISODE_INFO_KEYS if k in infos})
 
+  def begin(self, observation, infos: Dict):
+    """The env's reset reply: the first observation, or the failure of the reset."""
+    if infos.get("env_failed"):
+      self.fail(infos)
+      return
+    self.keep_info(infos)
+    self.view.begin(observation, infos)
+    self.observation = observation
+
   def fail(self, infos: Dict):
     self.done, self.failed, self.error = True, True, infos.get("error", "env failed")
+
+  def close(self):
+    """After its last turn: unfinished episodes are truncated; the outcome reaches every sample."""
+    if not self.done:
+      self.truncated = True
+    for s in self.samples:
+      s.episode_reward, s.won = self.reward, self.won
 
   def result(self) -> EpisodeResult:
     return EpisodeResult(problem_id=self.problem_id, group_id=self.group_id, traj_id=self.traj_id, won=self.won,
                          reward=self.reward, length=self.length, valid_actions=self.valid,
                          truncated=self.truncated, env_failed=self.failed, error=self.error, info=dict(self.info))
+
+
+def new_timer() -> Dict[str, float]:
+  """A rollout's time and work counters (`Rollout.stats`)."""
+  return {"env_s": 0.0, "generate_s": 0.0, "prompt_truncations": 0.0, "prefill_tokens": 0.0, "generated_tokens": 0.0,
+          "decode_steps": 0.0, "decode_row_steps": 0.0, "generate_calls": 0.0}
+
+
+def check_played(episodes: Sequence[_Episode]):
+  """Raises where every episode failed. Nothing played: no caller has anything to learn or measure from, and a run
+  resumes from its checkpoint. Every process of a multi-host run asks, and all stop together: one raising alone
+  would leave the others waiting in their next collective."""
+  failed_here = bool(episodes) and all(ep.failed for ep in episodes)
+  failed_processes = int(distributed.totals([float(failed_here)])[0])
+  if failed_here:
+    raise RuntimeError(f"rollout: all {len(episodes)} env episodes failed (env workers lost or env code raising); "
+                       f"the first error: {episodes[0].error}")
+  if failed_processes:
+    raise RuntimeError(f"rollout: every env episode of {failed_processes} other process(es) failed (their logs "
+                       f"name the error); process {jax.process_index()} stops with them")
 
 
 def _halves(group_ids: Sequence[int]) -> List[List[int]]:
@@ -149,45 +201,28 @@ class RolloutEngine:
     episodes of the call: a batch split over hosts (each passing its share's `first_episode`) plays as one call."""
     if not len(tasks) == len(problem_ids) == len(group_ids):
       raise ValueError(f"rollout: {len(tasks)} tasks, {len(problem_ids)} problem ids, {len(group_ids)} group ids")
-    sampling = dataclasses.replace(
-        sampling, max_new_tokens=self.config.max_response_tokens,
-        stop_token_ids=tuple(sorted(set(sampling.stop_token_ids) | {self.chat.eos_id})))
-    timer = {"env_s": 0.0, "generate_s": 0.0, "prompt_truncations": 0.0, "prefill_tokens": 0.0,
-             "generated_tokens": 0.0, "decode_steps": 0.0}
+    sampling, timer = self.reply_sampling(sampling), new_timer()
     t0 = time.perf_counter()
     obs, infos = self.env.reset(list(tasks))
     timer["env_s"] += time.perf_counter() - t0
     episodes = [_Episode(self.text_env_factory(), str(p), int(g), i)
                 for i, (p, g) in enumerate(zip(problem_ids, group_ids))]
     for ep, o, info in zip(episodes, obs, infos):
-      if info.get("env_failed"):
-        ep.fail(info)
-      else:
-        ep.keep_info(info)
-        ep.view.begin(o, info)
-        ep.observation = o
+      ep.begin(o, info)
     run = self._run_steps if self.config.layout == "step" else self._run_trajectories
     episode_keys = jax.vmap(jax.random.fold_in, (None, 0))(key, jnp.arange(len(episodes)) + first_episode)
     run(params, episodes, episode_keys, sampling, timer, context)
     for ep in episodes:
-      if not ep.done:
-        ep.truncated = True
-      for s in ep.samples:
-        s.episode_reward, s.won = ep.reward, ep.won
-    # Nothing played: no caller has anything to learn or measure from, and a run resumes from its checkpoint. Every
-    # process of a multi-host run asks, and all stop together: one raising alone would leave the others waiting in
-    # their next collective.
-    failed_here = bool(episodes) and all(ep.failed for ep in episodes)
-    failed_processes = int(distributed.totals([float(failed_here)])[0])
-    if failed_here:
-      raise RuntimeError(f"rollout: all {len(episodes)} env episodes failed (env workers lost or env code raising); "
-                         f"the first error: {episodes[0].error}")
-    if failed_processes:
-      raise RuntimeError(f"rollout: every env episode of {failed_processes} other process(es) failed (their logs "
-                         f"name the error); process {jax.process_index()} stops with them")
+      ep.close()
+    check_played(episodes)
     samples = [s for ep in episodes if not ep.failed for s in ep.samples]
     timer["samples"] = float(len(samples))
     return Rollout(samples=samples, episodes=[ep.result() for ep in episodes], stats=timer)
+
+  def reply_sampling(self, sampling: SamplingParams) -> SamplingParams:
+    """`sampling` for one reply: at most `max_response_tokens`, ending at the chat's end-of-turn too."""
+    return dataclasses.replace(sampling, max_new_tokens=self.config.max_response_tokens,
+                               stop_token_ids=tuple(sorted(set(sampling.stop_token_ids) | {self.chat.eos_id})))
 
   # ------------------------------------------------------------------------------------------ env stepping
   def _step_envs(self, episodes: List[_Episode], actions: Dict[int, str], timer):
@@ -246,7 +281,8 @@ class RolloutEngine:
                 ) -> SampleOutput:
     """fn(*args, **kwargs), timed. `prefill`: the new prompts or chunks of the played rows, `rows` (not the padding
     or finished ones). The counts (`prefill_tokens`, `generated_tokens`, `decode_steps`: the longest row's tokens
-    per call) size the rollout's work (`benchmarks/iteration_roof.py` sets its time against a roof)."""
+    per call, `decode_row_steps`: that times the call's rows, so what exceeds `generated_tokens` was decoded for
+    padding rows or for rows whose reply had ended) size the rollout's work (`benchmarks/iteration_roof.py` sets its time against a roof)."""
     t0 = time.perf_counter()
     out = fn(*args, **kwargs)
     timer["generate_s"] += time.perf_counter() - t0
@@ -254,6 +290,8 @@ class RolloutEngine:
     timer["prefill_tokens"] += float(sum(map(len, prefill)) - out.prefill_saved)
     timer["generated_tokens"] += float(real.sum())
     timer["decode_steps"] += float(real.max(initial=0))
+    timer["decode_row_steps"] += float(len(out.lengths) * real.max(initial=0))  # rows the batch decoded, padding too
+    timer["generate_calls"] += 1
     return out
 
   # ------------------------------------------------------------------------------------------ step layout
@@ -263,8 +301,8 @@ class RolloutEngine:
     while A's step. A row's tokens depend on its key and turn only, so both orders play the same episodes."""
     cfg = self.config
     if not cfg.overlap_env:
-      for t in range(cfg.max_steps):
-        actions = self._turn(params, episodes, [i for i, ep in enumerate(episodes) if not ep.done], keys, t,
+      for _ in range(cfg.max_steps):
+        actions = self._turn(params, episodes, [i for i, ep in enumerate(episodes) if not ep.done], keys,
                              sampling, timer, context)
         if not actions:
           return
@@ -272,9 +310,9 @@ class RolloutEngine:
       return
     halves = _halves([ep.group_id for ep in episodes])
     pending = None  # (actions, handle) of the other half's step in flight
-    for t in range(cfg.max_steps):
+    for _ in range(cfg.max_steps):
       for half in halves:
-        actions = self._turn(params, episodes, [i for i in half if not episodes[i].done], keys, t, sampling, timer,
+        actions = self._turn(params, episodes, [i for i in half if not episodes[i].done], keys, sampling, timer,
                              context)
         if pending is not None:
           self._apply_step(episodes, *pending, timer)
@@ -282,9 +320,11 @@ class RolloutEngine:
     if pending is not None:
       self._apply_step(episodes, *pending, timer)
 
-  def _turn(self, params, episodes: List[_Episode], live: List[int], keys, t: int, sampling, timer, context
+  def _turn(self, params, episodes: List[_Episode], live: List[int], keys, sampling, timer, context
             ) -> Dict[int, str]:
-    """Turn t of the `live` episodes: their prompts, one reply each (recorded as samples); {episode: action}."""
+    """The next turn of each `live` episode: their prompts, one reply each (recorded as samples); {episode: action}.
+    Row i samples with fold_in(keys[i], its turn), whatever turn the other rows are at (continuous refill mixes
+    them)."""
     cfg = self.config
     if not live:
       return {}
@@ -299,10 +339,11 @@ class RolloutEngine:
     # Pad the batch to a bucket so a shrinking set of live envs reuses a few compiled shapes.
     width = -(-len(live) // cfg.batch_bucket) * cfg.batch_bucket
     dummies = width - len(live)
-    rows = jnp.asarray(live + [live[0]] * dummies)  # a dummy row's one token is discarded: any key will do
+    rows = live + [live[0]] * dummies  # a dummy row's one token is discarded: any key will do
+    turns = jnp.asarray([episodes[i].length for i in rows], jnp.uint32)
     out = self._generate(self.sampler.generate, timer, prompts, range(len(live)), params,
                          prompts + [[self.sampler.pad_id]] * dummies,
-                         fold_in(keys[rows], t), sampling,
+                         jax.vmap(jax.random.fold_in)(keys[jnp.asarray(rows)], turns), sampling,
                          row_max_new_tokens=[cfg.max_response_tokens] * len(live) + [1] * dummies,
                          prefix_keys=self._prefix_keys([episodes[i] for i in live] + [None] * dummies))
     actions = {}
@@ -318,7 +359,7 @@ class RolloutEngine:
           prompt_ids=prompts[j], completion_ids=ids, completion_mask=[1] * len(ids),
           behaviour_logprobs=out.policy_logprobs[j, :len(ids)].tolist(),
           rollout_logprobs=out.logprobs[j, :len(ids)].tolist(), group_id=ep.group_id,
-          problem_id=ep.problem_id, traj_id=ep.traj_id, step_index=t, action_valid=float(valid),
+          problem_id=ep.problem_id, traj_id=ep.traj_id, step_index=ep.length - 1, action_valid=float(valid),
           invalid_actions=1 - valid, prompt_text=texts[j], response_text=response, observation=ep.observation,
           action=action))
     del out  # its KV cache would otherwise stay alive beside the next step's

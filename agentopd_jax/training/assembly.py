@@ -192,7 +192,8 @@ def build_run(c) -> RunParts:
   panel = valid_tasks[:v.num_tasks]
   task_share = distributed.share(g.tasks_per_iteration, "grpo.tasks_per_iteration")
   panel_share = distributed.share(len(panel), "validation.num_tasks", even=False)
-  train_engine = rollout_engine(cfg, model, tokenizer, local_mesh, (task_share.stop - task_share.start) * g.group_size)
+  batch = (task_share.stop - task_share.start) * g.group_size
+  train_engine = rollout_engine(cfg, model, tokenizer, local_mesh, cfg.rollout.refill_slots or batch)
   val_engine = rollout_engine(cfg, model, tokenizer, local_mesh, (panel_share.stop - panel_share.start) * v.attempts)
   live = LiveReport()
   sink = (WandbSink(workdir / "logs", cfg.logging.wandb_project, workdir.name, json.loads(config_json),

@@ -272,6 +272,15 @@ class RunConfig:
       raise ValueError(f"pack_width={self.pack_width}: packing needs pack_width > 0 and a loss.loss_agg_mode other "
                        f"than {PER_SEQUENCE_MODES} (a packed row is not one sequence); got "
                        f"{self.loss.loss_agg_mode!r}. Set pack_width=0 for one sample per row")
+    if self.rollout.refill:
+      fixed = [n for n in (primary, *parse_method(self.method)[1]) if METHODS[n].fixed_draw]
+      if fixed:
+        raise ValueError(f"rollout.refill: method {fixed[0]!r} reads the iteration's task draw as drawn, which "
+                         f"refill re-orders (it batches groups in order of completion); set rollout.refill=False")
+    if self.rollout.max_staleness and not (self.rollout.recompute_old_logprobs and self.rollout_correction.is_level):
+      raise ValueError(f"rollout.max_staleness={self.rollout.max_staleness}: stale samples need π_old recomputed "
+                       f"under the current policy and corrected against the sampler's (set "
+                       f"rollout.recompute_old_logprobs=True and rollout_correction.is_level to 'token' or 'sequence')")
     if primary == "agentic_opd" and self.agentic_opd.selection_interval % self.validation.every:
       raise ValueError(f"agentic_opd.selection_interval: {self.agentic_opd.selection_interval} is not a multiple of "
                        f"validation.every ({self.validation.every}); a teacher is re-selected after a student "

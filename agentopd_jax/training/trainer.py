@@ -6,13 +6,15 @@ GRPO step scores and advantages (`methods.grpo`) -> optional group filter and be
 signals (advantages, teacher signals, distillation weights) -> packed mini-batches -> jitted updates (fused scoring
 inside the loss). Every method takes the same rollouts (`grpo.tasks_per_iteration` x `grpo.group_size`) and the same
 mini-batches (`grpo.mini_batch_size`) unless its config says otherwise; the train log records both per iteration
-(`batch/samples`, `batch/updates`).
+(`batch/samples`, `batch/updates`). With continuous refill (`rollout.refill`) the batch is the first
+`tasks_per_iteration` groups to complete in a pool of env slots, renumbered in that order (`rollout/refill.py`).
 
 Every `validation.every` iterations the policy plays the fixed validation panel and the pool saves a checkpoint
 carrying its metrics, per-problem outcomes and every method's state; step 0 is the starting policy (GRPO's KL
 reference). Killing the run at any point and starting the same command again resumes from the newest checkpoint:
 params, optimizer state, step and the methods' state come from it, and the task draw and sampling keys are pure
-functions of (seed, iteration), so the resumed run retraces the uninterrupted one.
+functions of (seed, iteration), so the resumed run retraces the uninterrupted one (except for the episodes that
+`rollout.max_staleness` >= 1 carries between iterations, which no checkpoint holds).
 
 Multi-host (`parallel.distributed`): every process runs this same loop; each plays its share of the iteration's
 tasks and of the validation panel on its own devices, the update's batch is assembled from their rows, and the
@@ -38,6 +40,7 @@ from agentopd_jax.methods import grpo
 from agentopd_jax.methods.base import Iteration, MethodContext
 from agentopd_jax.objectives import rollout_correction
 from agentopd_jax.parallel import distributed
+from agentopd_jax.rollout.refill import RefillRollouts
 from agentopd_jax.scoring.teacher_signals import recompute_behaviour
 from agentopd_jax.storage.checkpoints import CheckpointPool
 from agentopd_jax.storage.logs import plot_curves, progress
@@ -76,6 +79,9 @@ class Trainer:
         primary=parts.primary)
     for m in self.methods:
       m.start(self.ctx)
+    r = self.cfg.rollout
+    self.refill = (RefillRollouts(parts.train_engine, self.cfg.grpo.group_size, self.draw, r.max_staleness)
+                   if r.refill else None)
 
   def close(self):
     for m in self.methods:
@@ -175,6 +181,9 @@ class Trainer:
       p.log.truncate_after(latest, phases=phases)  # SFT ended before checkpoint 0: its lines stay
       start = latest + 1
       logger.info("resumed from step %d of %s", latest, p.pool.directory)
+      if cfg.rollout.max_staleness:
+        logger.warning("rollout.max_staleness=%d: the episodes in flight at step %d are not in its checkpoint; the "
+                       "task stream restarts at iteration %d's draw", cfg.rollout.max_staleness, latest, start)
     name = "+".join(m.name for m in self.methods)
     for iteration in p.live.watch(progress(range(start, cfg.grpo.iterations + 1), desc=name, initial=start - 1,
                                            total=cfg.grpo.iterations)):
@@ -204,17 +213,29 @@ class Trainer:
     pool = data.phase_pool(p.train_tasks, p.phases, iteration)
     return data.iteration_tasks(pool, self.cfg.grpo.tasks_per_iteration, self.cfg.seed, iteration)
 
+  def draw(self, iteration: int):
+    """Lock-step iteration `iteration`'s tasks (this process's share), key and first episode: continuous refill's
+    queue (`rollout.refill`) plays the same episodes with the same keys."""
+    p = self.parts
+    return (self.iteration_tasks(iteration)[p.task_share], jax.random.fold_in(p.key, iteration),
+            p.task_share.start * self.cfg.grpo.group_size)
+
   def iteration(self, state, iteration: int):
     p, cfg, t0 = self.parts, self.cfg, time.perf_counter()
     compiled = [cache.compile_counter()]  # at t0, t1, t2, t3: what of each part was compilation
-    tasks = self.iteration_tasks(iteration)[p.task_share]
+    tasks, key, first_episode = self.draw(iteration)
     envs, groups = group_tasks(tasks, cfg.grpo.group_size)
-    it = Iteration(iteration=iteration, key=jax.random.fold_in(p.key, iteration), tasks=tasks, envs=envs,
-                   groups=groups, first_episode=p.task_share.start * cfg.grpo.group_size,  # this process's first
+    it = Iteration(iteration=iteration, key=key, tasks=tasks, envs=envs, groups=groups,
+                   first_episode=first_episode,  # this process's first
                    params=distributed.to_local(state.params, p.local_mesh))  # the rollout-time policy, here
     contexts = [c for c in (m.prompt_context(it) for m in self.methods) if c is not None]
-    it.rollout = p.train_engine.run(it.params, envs, envs, groups, it.key, p.sampling.train,
-                                    context=contexts[0] if contexts else None, first_episode=it.first_episode)
+    if self.refill is None:
+      it.rollout = p.train_engine.run(it.params, envs, envs, groups, it.key, p.sampling.train,
+                                      context=contexts[0] if contexts else None, first_episode=it.first_episode)
+    else:  # the batch: the first len(tasks) groups to complete, renumbered in that order
+      it.rollout, tasks = self.refill.run(it.params, iteration, len(tasks), p.sampling.train)
+      envs, groups = group_tasks(tasks, cfg.grpo.group_size)
+      it.tasks, it.envs, it.groups = tasks, envs, groups
     samples = it.rollout.samples
     t1 = time.perf_counter()
     compiled.append(cache.compile_counter())
@@ -288,7 +309,8 @@ class Trainer:
     metrics.update({f"compile/{k}": compiled[-1][k] - compiled[0][k] for k in ("compile_s", "programs", "cache_hits")})
     # This process's rollout work (multi-host: its own share, played in parallel with the others').
     metrics.update({f"rollout/{k}": it.rollout.stats[k]
-                    for k in ("prefill_tokens", "generated_tokens", "decode_steps")})
+                    for k in ("prefill_tokens", "generated_tokens", "decode_steps", "decode_row_steps")})
+    metrics.update({f"rollout/{k}": v for k, v in it.rollout.stats.items() if k.startswith("refill_")})
     counts = np.sum(distributed.allgather([  # over every process's share
         len(samples), len(trained), sum(b.tokens.shape[0] * b.tokens.shape[1] for b in minibatches),
         sum(int(b.segment_ids.astype(bool).sum()) for b in minibatches),

@@ -63,6 +63,7 @@ class AgenticOpd(Method):
   takes_addons = False         # its loss distils a checkpoint teacher; nothing shifts its advantages
   sections = ("agentic_opd",)
   provides = frozenset({"distill_weights", "teacher_params", "initial_params"})
+  fixed_draw = True
   log_phases = ("opd",)
   paper_variants = False       # its variant distils the CPU default's GRPO run
 
