@@ -8,7 +8,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 import jax
 
-from agentopd_jax.models import hf_io, transformer
+from agentopd_jax.models import hf_io, lora, transformer
 from agentopd_jax.models.config import _DTYPES, ATTENTION_IMPLS, preset
 from agentopd_jax.models.tokenizer import BUILTIN_VOCAB_SIZE, builtin_tokenizer, has_tokenizer, load_tokenizer
 
@@ -23,6 +23,8 @@ class ModelSpec:
   (`model_overrides`)."""
   preset: str = "tiny"                 # used when path is empty (random init)
   path: str = ""                       # local HF folder (config.json + *.safetensors + tokenizer)
+  adapter: str = ""                    # a PEFT LoRA folder (adapter_config.json + adapter_model.safetensors) trained
+                                       # on `path`'s base: the model is the base with it merged (`models/lora.py`)
   param_dtype: str = ""                # storage of params and Adam moments: "" = the checkpoint's (a preset: f32)
   dtype: str = ""                      # matmul (compute) dtype: "" = follow param_dtype, else the checkpoint's;
                                        # softmax, log-softmax and losses are f32 whatever it is
@@ -59,8 +61,18 @@ def load_model_and_tokenizer(model_cfg, tokenizer_path: str, seed: int, mesh, bu
                      "the model's own)", model_cfg.path)
     texts, words = env_corpus or ((), ())
     tokenizer = builtin_tokenizer(builtin_corpus, vocab_size=builtin_vocab, env_texts=texts, whole_words=words)
+  adapter = getattr(model_cfg, "adapter", "")
+  if adapter and not model_cfg.path:
+    raise ValueError(f"model.adapter={adapter!r} needs model.path: the HF base folder the adapter was trained on")
   if model_cfg.path:
     config, params = hf_io.load_hf(model_cfg.path, mesh=mesh, **overrides)
+    if adapter:
+      adapters, lora_cfg = lora.import_peft(adapter, config, params)
+      params = lora.merge(params, adapters, lora_cfg)
+      if mesh is not None:
+        params = jax.device_put(params, transformer.param_shardings(config, mesh))
+      logger.info("model.adapter %s: LoRA r=%d, alpha=%g on %s merged into %s", adapter, lora_cfg.rank,
+                  lora_cfg.alpha, ",".join(lora_cfg.targets), model_cfg.path)
   else:
     config = preset(model_cfg.preset)
     if "param_dtype" in overrides:  # compute follows storage unless set, as `load_hf` does for a checkpoint
