@@ -22,6 +22,10 @@ waste (`decode_row_steps` - `generated_tokens`: tokens decoded for padding rows 
 and `idle_slot_turns`: slot-turns in which a slot played nothing). Arms that must play the same samples carry the
 same `digest`.
 
+The same arms on search-QA (`search`): the bundled questions, the oracle searching whatever the reply says (a random
+policy never searches), against a retrieval server in this process's threads that answers each request
+`--search_delay_ms` late.
+
 Beside it, the shared group prefill (`rollout.share_prefill`, the sampler's `prefix_keys`): one group of `--group`
 rows whose prompts are one `--prompt`-token prompt, one new token each, prefilled row by row against the head once
 (best of `--repeats` after a compiling call), with the first token's log-probs of both (equal to rounding).
@@ -31,6 +35,7 @@ rows whose prompts are one `--prompt`-token prompt, one new token each, prefille
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import statistics
 import tempfile
@@ -63,6 +68,45 @@ class PacedAlfworld:
     getattr(self.env, "close", lambda: None)()
 
 
+class OracleSearch:
+  """Search-QA's env against a retrieval server (`search_url`), acting as the oracle searcher whatever the reply
+  says: a random policy never searches, and the oracle's searches are what put the server's latency in the episode
+  (1 to 3 searches, then the answer). Picklable: the workers build it."""
+
+  def __init__(self, search_url: str):
+    from agentopd_jax.envs.search.env import SearchEnv
+
+    self.env = SearchEnv(search_url=search_url)
+
+  def reset(self, task):
+    from agentopd_jax.envs.search.oracle import Oracle
+
+    self.observation, info = self.env.reset(task)
+    self.oracle = Oracle(task, max_searches=self.env.max_turns - 1)
+    return self.observation, info
+
+  def step(self, action):
+    self.observation, score, done, info = self.env.step(self.oracle.act(self.observation))
+    return self.observation, score, done, info
+
+  def close(self):
+    getattr(self.env, "close", lambda: None)()
+
+
+class SlowRetriever:
+  """A retriever that answers each request `delay_ms` late (in the server's request thread)."""
+
+  def __init__(self, retriever, delay_ms: float):
+    self.retriever, self.delay = retriever, delay_ms / 1e3
+
+  def retrieve(self, *args, **kwargs):
+    time.sleep(self.delay)
+    return self.retriever.retrieve(*args, **kwargs)
+
+  def __len__(self):  # the server's /health reports the documents
+    return len(self.retriever)
+
+
 def main():
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--tasks", type=int, default=4)
@@ -73,6 +117,7 @@ def main():
   p.add_argument("--delays_ms", default="0,50")
   p.add_argument("--repeats", type=int, default=2)
   p.add_argument("--prompt", type=int, default=512)
+  p.add_argument("--search_delay_ms", type=float, default=50.0, help="search-QA: retrieval server latency (-1: skip)")
   p.add_argument("--out", default=None)
   args = p.parse_args()
 
@@ -87,6 +132,9 @@ def main():
   params = transformer.init_params(config, jax.random.key(0))
   out = rollout_benchmark(config, params, tokenizer, args.tasks, args.group, args.slots, args.workers,
                           args.max_steps, [float(d) for d in args.delays_ms.split(",")], args.repeats)
+  if args.search_delay_ms >= 0:
+    out["search"] = search_benchmark(out["sampler"], params, tokenizer, args.tasks, args.group, args.slots,
+                                     args.workers, args.search_delay_ms, args.repeats)
   out["group_prefill"] = group_prefill(out.pop("sampler"), config, params, args.group, args.prompt, args.repeats)
   emit_json(out, args.out)
 
@@ -108,32 +156,55 @@ def rollout_benchmark(config, params, tokenizer, tasks: int, group: int, slots: 
   slots = slots or episodes // 2
   out = {"what": __doc__.split("\n\n")[0], "episodes": episodes, "slots": slots, "workers": workers,
          "max_steps": max_steps, "task_lengths": lengths, "delays": {}, "sampler": sampler}
-  if slots % group or not 0 < slots <= episodes:
-    raise ValueError(f"slots: {slots} must be a multiple of the group size {group}, at most the {episodes} episodes")
+  from agentopd_jax.envs.alfworld.text import AlfworldText
+
   for delay in delays_ms:
-    plays, envs = arms_of(sampler, tokenizer, params, games, group, workers, max_steps, delay, slots)
-    try:
-      arms = {name: measure(play, repeats, rows, episodes) for name, (play, rows) in plays.items()}
-    finally:
-      for env in envs:
-        env.close()
-    base = arms["lock_step"]
-    for arm in arms.values():
-      arm["speedup_vs_lock_step"] = round(base["wall_s"] / arm["wall_s"], 3)
-    out["delays"][f"{delay:g}ms"] = {
-        **arms, "same_samples": len({arms[a]["digest"] for a in ("lock_step", "overlap_env", "waves", "refill")}) == 1}
+    out["delays"][f"{delay:g}ms"] = all_arms(sampler, tokenizer, params, games, group, workers, max_steps,
+                                             functools.partial(PacedAlfworld, delay), AlfworldText, slots, repeats)
   return out
 
 
-def arms_of(sampler, tokenizer, params, games, group: int, workers: int, max_steps: int, delay: float,
+def search_benchmark(sampler, params, tokenizer, tasks: int, group: int, slots: int, workers: int, delay_ms: float,
+                     repeats: int) -> dict:
+  """The arms on search-QA's bundled questions against a retrieval server (in this process, its threads) answering
+  `delay_ms` late, the oracle searching (`OracleSearch`); episodes of up to SearchEnv's 4 turns."""
+  from agentopd_jax.envs.search import bundled_tasks
+  from agentopd_jax.envs.search.server import load_retriever, serve
+  from agentopd_jax.envs.search.text import SearchText
+
+  questions = bundled_tasks("train", seed=0)[:tasks]
+  slots = slots or tasks * group // 2
+  with serve(mode="thread", retriever=SlowRetriever(load_retriever(None, 0, 3), delay_ms)) as url:
+    arms = all_arms(sampler, tokenizer, params, questions, group, workers, 4, functools.partial(OracleSearch, url),
+                    SearchText, slots, repeats)
+  return {"what": search_benchmark.__doc__.split(";")[0], "server_delay_ms": delay_ms, "episodes": tasks * group,
+          "slots": slots, **arms}
+
+
+def all_arms(sampler, tokenizer, params, tasks, group: int, workers: int, max_steps: int, env_factory, text_env,
+             slots: int, repeats: int) -> dict:
+  """Every arm on `tasks` x `group` episodes, timed; whether the on-policy arms played the same samples."""
+  episodes = len(tasks) * group
+  if slots % group or not 0 < slots <= episodes:
+    raise ValueError(f"slots: {slots} must be a multiple of the group size {group}, at most the {episodes} episodes")
+  plays, envs = arms_of(sampler, tokenizer, params, tasks, group, workers, max_steps, env_factory, text_env, slots)
+  try:
+    arms = {name: measure(play, repeats, rows, episodes) for name, (play, rows) in plays.items()}
+  finally:
+    for env in envs:
+      env.close()
+  for arm in arms.values():
+    arm["speedup_vs_lock_step"] = round(arms["lock_step"]["wall_s"] / arm["wall_s"], 3)
+  return {**arms, "same_samples": len({arms[a]["digest"] for a in ("lock_step", "overlap_env", "waves", "refill")}) == 1}
+
+
+def arms_of(sampler, tokenizer, params, games, group: int, workers: int, max_steps: int, env_factory, text_env,
             slots: int) -> dict:
   """({arm: (play() -> [rollouts of one batch], the rows a turn can play)}, the env workers to close)."""
   import dataclasses
-  import functools
 
   import jax
 
-  from agentopd_jax.envs.alfworld.text import AlfworldText
   from agentopd_jax.envs.vector import VectorEnv, group_tasks
   from agentopd_jax.rollout.engine import RolloutConfig, RolloutEngine
   from agentopd_jax.rollout.refill import RefillRollouts
@@ -142,16 +213,15 @@ def arms_of(sampler, tokenizer, params, games, group: int, workers: int, max_ste
   cfg = RolloutConfig(layout="step", max_steps=max_steps, max_prompt_tokens=1024, max_response_tokens=24)
   sampling, key = SamplingParams(temperature=1.0), jax.random.key(1)
   tasks, groups = group_tasks(games, group)
-  env = lambda n: VectorEnv(functools.partial(PacedAlfworld, delay), num_workers=min(workers, n),  # noqa: E731
-                            num_envs=n)
+  env = lambda n: VectorEnv(env_factory, num_workers=min(workers, n), num_envs=n)  # noqa: E731
   full, part = env(len(tasks)), env(slots)
-  lock = RolloutEngine(sampler, tokenizer, full, AlfworldText, cfg)
-  overlap = RolloutEngine(sampler, tokenizer, full, AlfworldText, dataclasses.replace(cfg, overlap_env=True))
-  waves = RolloutEngine(sampler, tokenizer, part, AlfworldText, cfg)
+  lock = RolloutEngine(sampler, tokenizer, full, text_env, cfg)
+  overlap = RolloutEngine(sampler, tokenizer, full, text_env, dataclasses.replace(cfg, overlap_env=True))
+  waves = RolloutEngine(sampler, tokenizer, part, text_env, cfg)
   refill_cfg = dataclasses.replace(cfg, refill=True, refill_slots=slots)
-  refill = RolloutEngine(sampler, tokenizer, part, AlfworldText, refill_cfg)
+  refill = RolloutEngine(sampler, tokenizer, part, text_env, refill_cfg)
   stale_env = env(slots)
-  stale = RolloutEngine(sampler, tokenizer, stale_env, AlfworldText, dataclasses.replace(refill_cfg, max_staleness=1))
+  stale = RolloutEngine(sampler, tokenizer, stale_env, text_env, dataclasses.replace(refill_cfg, max_staleness=1))
   per_wave = slots // group
 
   def play_waves():
