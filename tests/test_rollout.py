@@ -435,8 +435,8 @@ def test_a_worker_lost_mid_rollout_fails_its_episodes_and_changes_nothing_else(s
 
 
 def test_refill_plays_the_lock_step_episodes_token_for_token(setup):
-  """`rollout.refill`: in 3 slots for 6 episodes (strictly on-policy), and with stale carry-over under unchanged
-  weights, every episode a batch holds is a lock-step episode of its draw, sample for sample."""
+  """`rollout.refill`: in 3 slots for 6 episodes (strictly on-policy) the batch is lock-step's, in its order; with
+  stale carry-over under unchanged weights, every episode a batch holds is a lock-step episode of its draw."""
   games, tokenizer, config, params, sampler = setup
   cfg = RolloutConfig(layout="step", max_steps=3, max_prompt_tokens=2048, max_response_tokens=10)
   draws = lambda d: games[:3] if d == 0 else [games[d % 3]]  # noqa: E731
@@ -465,7 +465,8 @@ def test_refill_plays_the_lock_step_episodes_token_for_token(setup):
 
   (on_policy,), _ = refill(0, 1, 3)
   lock = lock_step(0)
-  assert episodes(on_policy) == episodes(lock) and len(lock.samples) == len(on_policy.samples)
+  ordered = lambda r: [(s.group_id, s.traj_id) + sample_key(s) for s in r.samples]  # noqa: E731
+  assert ordered(on_policy) == ordered(lock)  # the lock-step batch, sample for sample and in its order
   assert sorted((e.problem_id, e.won, e.reward, e.length) for e in on_policy.episodes) == sorted(
       (e.problem_id, e.won, e.reward, e.length) for e in lock.episodes)
   stale, engine = refill(1, 3, 1)

@@ -99,8 +99,8 @@ class Method:
   provides    the `Signals` fields the method sets (two methods of a run may not set the same one)
   log_phases  the extra metric phases it logs, kept on resume
   fixed_draw  whether it reads the iteration's task draw as drawn, before or beside the rollout (a prompt context per
-              episode, rollouts of its own): continuous refill (`rollout.refill`), which batches groups in order of
-              completion, is refused for it
+              episode, rollouts of its own): continuous refill (`rollout.refill`), which batches the first groups
+              to complete, is refused for it
   preset(c, paper) -> c: the method's variant of the env configs (`configs/<env>.py:<name>`) on top of the CPU
               default (paper False) or of a paper model (`<name>_<model>`, paper True, only with `paper_variants`);
               None: no variant

@@ -1,5 +1,6 @@
 """Continuous refill (`rollout.refill`, step layout): an env slot whose episode ended starts the next queued one at
-once, and a batch closes as soon as it holds N complete GRPO groups (every member of a group together).
+once, and a batch closes as soon as it holds N complete GRPO groups (every member of a group together), which it
+numbers in stream order.
 
 The queue is the run's stream of task draws, one per iteration (`draw(d)`: draw d's tasks, its key and the index of
 its first episode), each task queued `group_size` times. An episode samples with the key lock-step would give it,
@@ -38,6 +39,7 @@ Draw = Callable[[int], Tuple[Sequence[Any], jax.Array, int]]
 class _Group:
   task: Any
   members: List[_Episode]
+  order: Tuple[int, int]               # (draw, index in the draw): its place in the stream
   ended: int = 0
 
   @property
@@ -64,8 +66,9 @@ class RefillRollouts:
     self._prefix_key = 0                  # a unique shared-prefill key per queued group
 
   def run(self, params, version: int, groups: int, sampling) -> Tuple[Rollout, List[Any]]:
-    """Plays until `groups` groups are complete under policy `version` (the iteration); returns the batch (group j's
-    members are traj_ids j·G .. j·G + G - 1, in order of completion) and each batch group's task."""
+    """Plays until `groups` groups are complete under policy `version` (the iteration); returns the batch, the first
+    `groups` groups to complete, in stream order (group j's members are traj_ids j·G .. j·G + G - 1; on-policy, the
+    lock-step call's numbering), and each batch group's task."""
     timer = dict(new_timer(), refill_starts=0.0, refill_dropped_episodes=0.0, refill_wasted_tokens=0.0)
     idle = not (self.queue or self.open)
     if self.next_draw is None or (idle and self.next_draw < version):
@@ -95,7 +98,7 @@ class RefillRollouts:
     tasks, key, first = self.draw(d)
     keys = jax.vmap(jax.random.fold_in, (None, 0))(key, first + jnp.arange(len(tasks) * self.group_size))
     for g, task in enumerate(tasks):
-      group = _Group(task, [])
+      group = _Group(task, [], (d, g))
       for m in range(self.group_size):
         ep = _Episode(self.engine.text_env_factory(), str(task), self._prefix_key, 0)
         ep.key, ep.group, ep.versions = keys[g * self.group_size + m], group, []  # versions: each sample's policy
@@ -144,6 +147,7 @@ class RefillRollouts:
   # ------------------------------------------------------------------------------------------------ the batch
   def _close(self, version: int, groups: int, timer: Dict[str, float]) -> Tuple[Rollout, List[Any]]:
     batch, self.complete = self.complete[:groups], self.complete[groups:]
+    batch.sort(key=lambda g: g.order)  # in stream order: on-policy, exactly the lock-step batch
     for group in batch:
       del self.open[id(group)]
     stale = [0, 0]  # stale samples, the largest staleness

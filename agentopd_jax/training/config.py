@@ -276,7 +276,7 @@ class RunConfig:
       fixed = [n for n in (primary, *parse_method(self.method)[1]) if METHODS[n].fixed_draw]
       if fixed:
         raise ValueError(f"rollout.refill: method {fixed[0]!r} reads the iteration's task draw as drawn, which "
-                         f"refill re-orders (it batches groups in order of completion); set rollout.refill=False")
+                         f"refill changes (it batches the first groups to complete); set rollout.refill=False")
     if self.rollout.max_staleness and not (self.rollout.recompute_old_logprobs and self.rollout_correction.is_level):
       raise ValueError(f"rollout.max_staleness={self.rollout.max_staleness}: stale samples need π_old recomputed "
                        f"under the current policy and corrected against the sampler's (set "

@@ -7,7 +7,7 @@ signals (advantages, teacher signals, distillation weights) -> packed mini-batch
 inside the loss). Every method takes the same rollouts (`grpo.tasks_per_iteration` x `grpo.group_size`) and the same
 mini-batches (`grpo.mini_batch_size`) unless its config says otherwise; the train log records both per iteration
 (`batch/samples`, `batch/updates`). With continuous refill (`rollout.refill`) the batch is the first
-`tasks_per_iteration` groups to complete in a pool of env slots, renumbered in that order (`rollout/refill.py`).
+`tasks_per_iteration` groups to complete in a pool of env slots, in stream order (`rollout/refill.py`).
 
 Every `validation.every` iterations the policy plays the fixed validation panel and the pool saves a checkpoint
 carrying its metrics, per-problem outcomes and every method's state; step 0 is the starting policy (GRPO's KL
@@ -232,7 +232,7 @@ class Trainer:
     if self.refill is None:
       it.rollout = p.train_engine.run(it.params, envs, envs, groups, it.key, p.sampling.train,
                                       context=contexts[0] if contexts else None, first_episode=it.first_episode)
-    else:  # the batch: the first len(tasks) groups to complete, renumbered in that order
+    else:  # the batch: the first len(tasks) groups to complete (on-policy: this draw's, as lock-step numbers them)
       it.rollout, tasks = self.refill.run(it.params, iteration, len(tasks), p.sampling.train)
       envs, groups = group_tasks(tasks, cfg.grpo.group_size)
       it.tasks, it.envs, it.groups = tasks, envs, groups
