@@ -15,9 +15,9 @@
 #    The recorded tables' warm start (results/sdar_table/warm_start) is the SFT of commit 157b4fc's code, whose
 #    demonstrations today's code no longer builds token for token; it is remade bit for bit (outcomes and every
 #    SFT loss) from a worktree of that commit:
-#      git worktree add /tmp/ws157 157b4fc && (cd /tmp/ws157 && PYTHONPATH=/tmp/ws157 python experiments/train.py \
-#        --config=configs/alfworld.py --config.grpo.iterations=0 --config.model.dtype=float32 \
-#        --config.workdir="$PWD/runs/sdar_table/warm_start")
+#      here=$PWD; git worktree add /tmp/ws157 157b4fc && (cd /tmp/ws157 && PYTHONPATH=/tmp/ws157 python \
+#        experiments/train.py --config=configs/alfworld.py --config.grpo.iterations=0 --config.model.dtype=float32 \
+#        --config.workdir="$here/runs/sdar_table/warm_start")
 # 2. Per seed: the warm start's rows, Vanilla at T = 0.4 and Skill-Prompt at T = 1.0 and 0.4 (the warm start with its
 #    KM-retrieved skills before the chat template, as SDAR's teacher reads them); the trained rows
 #    (configs/sweeps/$TABLE.py); every trained row's last checkpoint at T = 0.4, and Skill-GRPO's with its skills in
