@@ -32,12 +32,13 @@ DATA = ["tensorflow-datasets==4.9.10", "array-record==0.8.6", "grain==0.2.18", "
 ANALYZER = ["openai==3.57.0"]  # OPID's analyzer LLM through any OpenAI-compatible endpoint (ours: agentopd_jax.serve)
 RAY = ["ray==2.52.1"]  # VectorEnv(backend="ray"): env workers as Ray actors, on other nodes too (docs/scale_out.md)
 WANDB = ["wandb==0.31.0"]  # logging.wandb: the metrics also to Weights & Biases (storage/logs.py, WandbSink)
-PEFT = ["peft==0.21.2"]  # only to check that Hugging Face PEFT loads our LoRA adapters (models/lora.py)
+PEFT = ["peft==0.21.2"]  # Hugging Face PEFT loads the LoRA adapters models/lora.py exports
 
 EXTRAS = {
     # torch is only for parity tests/benchmarks against transformers. Keep the exact pin: an unpinned torch
     # resolves to a multi-GB CUDA build.
     "torch": ["torch==2.13.0"],
+    "peft": ["torch==2.13.0"] + PEFT,  # Hugging Face PEFT, to load our exported LoRA adapters in PyTorch
     # Tests exercise every environment and data path, so they pull the env extras too (nothing is skipped in CI).
     "test": ["torch==2.13.0", "pytest>=8", "pytest-xdist==3.8.0", "hypothesis>=6.100"] + WEBSHOP + DATA + ANALYZER + RAY
             + WANDB + PEFT,

@@ -40,7 +40,7 @@ def test_train_step_and_decode_report_sane_figures():
 
 
 def test_rollout_part_plays_every_arm_and_the_on_policy_ones_agree():
-  out = suite.measure_rollout(preset("tiny"), tasks=2, group=1, max_steps=2, delays_ms=["0"], repeats=1)
+  out = suite.measure_rollout(preset("tiny"), tasks=2, group=1, max_steps=1, delays_ms=["0"], repeats=1)
   arms = out["delays"]["0ms"]
   assert out["episodes"] == 2 and out["slots"] == 1 and arms["same_samples"]
   for name in ("lock_step", "overlap_env", "waves", "refill", "refill_stale"):

@@ -221,11 +221,12 @@ def test_hf_folder_and_trajectory_layout(tmp_path, games_root):
 def test_gigpo_runs_with_its_two_level_advantage(tmp_path, games_root):
   """The `gigpo` variant end to end: step samples carry the env's step rewards and raw observations, and the
   advantages come from the anchor groups (every episode of a task group starts in the same state, so no iteration's
-  groups are all singletons). The rollouts refill 3 env slots with stale carry-over (`rollout.refill`, corrected
+  groups are all singletons). The rollouts refill 6 env slots with stale carry-over (`rollout.refill`, corrected
   against the sampler), and the W&B sink is on, offline: the run's W&B files sit beside its logs."""
   workdir = str(tmp_path / "gigpo")
   _finish(_train(workdir, games_root, ":gigpo", {
-      "logging.wandb": True, "rollout.refill": True, "rollout.refill_slots": 3, "rollout.max_staleness": 1,
+      "logging.wandb": True, "validation.every": 2, "rollout.refill": True, "rollout.refill_slots": 6,
+      "rollout.max_staleness": 1,
       "rollout.recompute_old_logprobs": True, "rollout_correction.is_level": "token"},
       env=dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true")))
   train = [r for r in read_metrics(os.path.join(workdir, "logs")) if r["phase"] == "train"]
