@@ -6,8 +6,9 @@
     the next observation as a user turn; the observation tokens are appended to the KV cache (continuation, never a
     re-prefill) and masked out of the loss.
 
-All envs of a batch step in lock-step: one batched generation per env step, one vector-env step. Episodes end when
-the env says done, after `max_steps` steps, or (trajectory layout) when the next turn would not fit in
+By default all envs of a batch step in lock-step: one batched generation per env step, one vector-env step
+(`overlap_env` steps one half while the other decodes; `rollout/refill.py` keeps a pool of slots busy). Episodes
+end when the env says done, after `max_steps` steps, or (trajectory layout) when the next turn would not fit in
 `max_total_tokens`; failed env episodes (worker crash, env exception) yield no training samples.
 """
 from __future__ import annotations
