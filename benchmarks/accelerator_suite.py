@@ -14,8 +14,8 @@
       continuous refill on-policy and with staleness 1) at each env delay of --rollout_delays_ms, with the preset's
       shapes over the built-in tokenizer's vocabulary, once (the first kernel).
 
-(a), (b) and (d) run on one device; (c) on the trainer's mesh over every device. Each part runs once per attention kernel
-in --impls (`ModelConfig.attention_impl`; default xla and dot_product, plus cudnn on a GPU with bf16/f16 compute;
+(a), (b) and (d) run on one device; (c) on the trainer's mesh over every device. Each part runs once per attention
+kernel in --impls (`ModelConfig.attention_impl`; default xla and dot_product, plus cudnn on a GPU with bf16/f16 compute;
 (c) takes the kernel through the run config's `model.attention_impl`, and --quick runs it with the first kernel
 only); a part that fails records its error and the others go on. The model is the qwen2.5-1.5b preset with random
 weights: f32 params (and Adam moments), bf16 compute on an accelerator, f32 on CPU unless --dtype says otherwise.

@@ -195,7 +195,8 @@ def all_arms(sampler, tokenizer, params, tasks, group: int, workers: int, max_st
       env.close()
   for arm in arms.values():
     arm["speedup_vs_lock_step"] = round(arms["lock_step"]["wall_s"] / arm["wall_s"], 3)
-  return {**arms, "same_samples": len({arms[a]["digest"] for a in ("lock_step", "overlap_env", "waves", "refill")}) == 1}
+  on_policy = {arms[a]["digest"] for a in ("lock_step", "overlap_env", "waves", "refill")}
+  return {**arms, "same_samples": len(on_policy) == 1}
 
 
 def arms_of(sampler, tokenizer, params, games, group: int, workers: int, max_steps: int, env_factory, text_env,

@@ -33,7 +33,8 @@ def test_fresh_adapters_leave_the_base_and_follow_peft_init(hf_checkpoints):
   cfg = LoraConfig(rank=8, alpha=16.0)
   adapters = lora.init_adapters(params, cfg, jax.random.key(0))
   assert set(adapters) == set(lora.TARGETS)
-  d, h, kv, hd, ff = config.hidden_size, config.num_heads, config.num_kv_heads, config.head_dim, config.intermediate_size
+  d, h, kv, hd = config.hidden_size, config.num_heads, config.num_kv_heads, config.head_dim
+  ff = config.intermediate_size
   shapes = {"q": (d, h * hd), "k": (d, kv * hd), "v": (d, kv * hd), "o": (h * hd, d), "gate": (d, ff), "up": (d, ff),
             "down": (ff, d)}
   for t, (fan_in, fan_out) in shapes.items():
@@ -119,8 +120,8 @@ def test_a_model_section_with_a_peft_adapter_loads_the_merged_model(hf_checkpoin
   lora.export_peft(str(tmp_path / "adapter"), config, adapters, cfg)
   builtin_tokenizer(default_corpus(), vocab_size=300).save_pretrained(str(tmp_path / "tok"))
   mesh = make_mesh((8, 1, 1))
-  _, loaded, _ = load_model_and_tokenizer(ModelSpec(path=path, adapter=str(tmp_path / "adapter")), str(tmp_path / "tok"),
-                                          0, mesh)
+  spec = ModelSpec(path=path, adapter=str(tmp_path / "adapter"))
+  _, loaded, _ = load_model_and_tokenizer(spec, str(tmp_path / "tok"), 0, mesh)
   for x, y in zip(jax.tree.leaves(lora.merge(params, adapters, cfg)), jax.tree.leaves(loaded)):
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
   with pytest.raises(ValueError, match="model.adapter='a' needs model.path"):

@@ -95,7 +95,7 @@ def delta(kernel_shape, n_in: int, adapter, scale: float) -> jnp.ndarray:
 
 def merge(params, adapters, cfg: LoraConfig):
   """`params` with every adapted kernel replaced by W + s·(a@b), computed in f32 and stored in W's dtype."""
-  merged = jax.tree.map(lambda x: x, params)  # a new tree; the leaves not adapted are shared
+  merged = dict(params)  # copied along each adapted kernel's path; every other leaf is shared
   for target, adapter in adapters.items():
     path, n_in, _ = TARGETS[target]
     w = _kernel(params, path)

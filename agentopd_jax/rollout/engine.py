@@ -283,7 +283,8 @@ class RolloutEngine:
     """fn(*args, **kwargs), timed. `prefill`: the new prompts or chunks of the played rows, `rows` (not the padding
     or finished ones). The counts (`prefill_tokens`, `generated_tokens`, `decode_steps`: the longest row's tokens
     per call, `decode_row_steps`: that times the call's rows, so what exceeds `generated_tokens` was decoded for
-    padding rows or for rows whose reply had ended) size the rollout's work (`benchmarks/iteration_roof.py` sets its time against a roof)."""
+    padding rows or for rows whose reply had ended) size the rollout's work (`benchmarks/iteration_roof.py` sets
+    its time against a roof)."""
     t0 = time.perf_counter()
     out = fn(*args, **kwargs)
     timer["generate_s"] += time.perf_counter() - t0
@@ -344,7 +345,7 @@ class RolloutEngine:
     turns = jnp.asarray([episodes[i].length for i in rows], jnp.uint32)
     out = self._generate(self.sampler.generate, timer, prompts, range(len(live)), params,
                          prompts + [[self.sampler.pad_id]] * dummies,
-                         jax.vmap(jax.random.fold_in)(keys[jnp.asarray(rows)], turns), sampling,
+                         fold_in(keys[jnp.asarray(rows)], turns), sampling,
                          row_max_new_tokens=[cfg.max_response_tokens] * len(live) + [1] * dummies,
                          prefix_keys=self._prefix_keys([episodes[i] for i in live] + [None] * dummies))
     actions = {}

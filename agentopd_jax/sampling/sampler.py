@@ -128,8 +128,10 @@ def _categorical(key, logits):
 
 
 def fold_in(key, data):
-  """`jax.random.fold_in` of one key or of every key of a [B] batch of row keys."""
-  return jax.random.fold_in(key, data) if key.ndim == 0 else jax.vmap(jax.random.fold_in, (0, None))(key, data)
+  """`jax.random.fold_in` of one key, or of every key of a [B] batch of row keys with one datum or a [B] row each."""
+  if key.ndim == 0:
+    return jax.random.fold_in(key, data)
+  return jax.vmap(jax.random.fold_in, (0, 0 if jnp.ndim(data) else None))(key, data)
 
 
 def sample_from_logits(logits, key, temperature, top_p, *, greedy: bool, top_k: int, use_top_p: bool):
