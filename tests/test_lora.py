@@ -61,6 +61,7 @@ def test_merge_adds_the_scaled_product_by_hand():
 def test_peft_loads_our_adapters_onto_the_hf_base_with_our_merged_logits(hf_checkpoints, tmp_path, rslora):
   peft = pytest.importorskip("peft")
   model, path = hf_checkpoints["qwen2"]
+  base = type(model).from_pretrained(path).eval()  # PEFT wraps and freezes its base: not the session's shared model
   config, params = hf_io.load_hf(path)
   cfg = LoraConfig(rank=4, alpha=8.0, rslora=rslora, targets=("q", "k", "v", "o", "gate", "up", "down"))
   adapters = _random_adapters(params, cfg)
@@ -70,13 +71,10 @@ def test_peft_loads_our_adapters_onto_the_hf_base_with_our_merged_logits(hf_chec
   tokens = np.random.RandomState(0).randint(0, config.vocab_size, (2, 24))
   ours = _logits(config, lora.merge(params, adapters, cfg), tokens)
   assert np.abs(ours - _logits(config, params, tokens)).max() > 1e-2  # the adapters matter
-  adapted = peft.PeftModel.from_pretrained(model, str(tmp_path)).eval()
-  try:
-    with torch.no_grad():
-      theirs = adapted(torch.tensor(tokens)).logits.numpy()
-    assert np.abs(ours - theirs).max() <= TOL
-  finally:
-    adapted.unload()  # the session's base model goes back without LoRA layers
+  adapted = peft.PeftModel.from_pretrained(base, str(tmp_path)).eval()
+  with torch.no_grad():
+    theirs = adapted(torch.tensor(tokens)).logits.numpy()
+  assert np.abs(ours - theirs).max() <= TOL
   back, back_cfg = lora.import_peft(str(tmp_path), config, params)
   assert back_cfg == cfg
   for t in cfg.targets:
