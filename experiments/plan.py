@@ -83,7 +83,7 @@ def plan_from_config(c, num_devices: int = 0):
   work = workload(c, loss, score_cfg)
   optimizer = make_optimizer(cfg.optim)
   result = memory_plan.plan(model, mesh_shape, optimizer, work, with_reference=loss.core.kl_coef > 0,
-                            with_teacher=score_cfg.teacher == "params")
+                            with_teacher=score_cfg.teacher == "params", lora=cfg.lora)
   return model, mesh_shape, work, result
 
 
@@ -98,7 +98,8 @@ def table(model: ModelConfig, mesh_shape, w: memory_plan.Workload, p: memory_pla
       f"train micro-batch {w.rows} rows x {w.seq_len} tokens (mini-batch {w.minibatch_rows} rows); sampler "
       f"{w.sampler_rows} rows x {w.cache_capacity} cache slots, prefill {w.prefill_len} tokens",
       "", "GiB per device", *(f"  {name:<34}{_gib(n)}" for name, n in (
-          ("parameters", p.params), ("optimizer state (AdamW mu, nu)", p.opt_state),
+          ("parameters", p.params), ("LoRA adapters", p.adapters), ("LoRA: the sampler's merged policy", p.merged),
+          ("optimizer state (AdamW mu, nu)", p.opt_state),
           ("reference params (KL)", p.reference), ("teacher params", p.teacher), ("= resident", p.resident),
           ("mini-batch input", p.minibatch), ("gradients (accumulator + micro)", p.gradients),
           ("optimizer update", p.optimizer_update), ("activations, no remat", p.activations[False]),

@@ -24,6 +24,7 @@ import json
 import os
 import sys
 
+from agentopd_jax.models.loading import pool_params
 from agentopd_jax.storage.checkpoints import CheckpointPool, path_str
 from agentopd_jax.storage.logs import untimed
 
@@ -119,14 +120,19 @@ def _pool(run):
 
 
 def _abstract_params(pool, step):
-  """ShapeDtypeStructs of `state["params"]` of `step`, from the saved array metadata (no model config needed)."""
+  """ShapeDtypeStructs of `state["params"]` of `step` (a LoRA run's: of its base), from the saved array metadata (no
+  model config needed)."""
   import jax
   import orbax.checkpoint as ocp
   from etils import epath
 
-  meta = ocp.PyTreeCheckpointHandler().metadata(epath.Path(os.path.join(pool.directory, str(step), "state")))
-  tree = getattr(meta, "tree", meta)
-  return jax.tree.map(lambda m: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype), tree["params"])
+  def tree(*path):
+    meta = ocp.PyTreeCheckpointHandler().metadata(epath.Path(os.path.join(pool.directory, *path)))
+    return getattr(meta, "tree", meta)
+
+  saved = tree(str(step), "state")
+  params = saved["params"] if "params" in saved else tree("base")
+  return jax.tree.map(lambda m: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype), params)
 
 
 def run_checkpoints(run):
@@ -137,7 +143,7 @@ def run_checkpoints(run):
   out = {}
   with pool:
     for step in pool.steps():
-      params = pool.restore_params(step, _abstract_params(pool, step))
+      params = pool_params(pool, step, _abstract_params(pool, step))
       outcomes = pool.metadata(step)["outcomes"]
       out[step] = (params_digest(params), None if outcomes is None else
                    {p: [int(s), int(a)] for p, (s, a) in sorted(outcomes.items())})

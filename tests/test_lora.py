@@ -1,5 +1,6 @@
 """LoRA on our parameter pytrees (`models/lora.py`): PEFT's initialisation and scaling, a hand-computed merge, and
 Hugging Face PEFT loading our exported adapters onto the tiny random HF base with the logits of our merged model."""
+import dataclasses
 import json
 import os
 
@@ -9,8 +10,15 @@ import numpy as np
 import pytest
 import torch
 
-from agentopd_jax.models import hf_io, lora, transformer
+from agentopd_jax.batching.collate import TrainBatch
+from agentopd_jax.models import config as model_config, hf_io, lora, transformer
+from agentopd_jax.models.loading import pool_params, run_params
 from agentopd_jax.models.lora import LoraConfig
+from agentopd_jax.objectives.registry import LossCore, LossParams
+from agentopd_jax.parallel.sharding import make_mesh
+from agentopd_jax.storage.checkpoints import CheckpointPool
+from agentopd_jax.training.train_step import (OptimConfig, init_state, make_optimizer, make_train_step, policy_params,
+                                              split_minibatches)
 
 TOL = 1e-4
 
@@ -22,9 +30,10 @@ def _random_adapters(params, cfg, seed=0):
   return {t: {"a": ad["a"], "b": 0.05 * jax.random.normal(next(keys), ad["b"].shape)} for t, ad in adapters.items()}
 
 
-def _logits(config, params, tokens):
-  hidden, _ = transformer.forward(config, params, jnp.asarray(tokens))
-  return np.asarray(transformer.logits_from_hidden(config, params, hidden))
+def _logits(config, params, tokens, read=None, array=False):
+  hidden, _ = transformer.forward(config, params, jnp.asarray(tokens), read=read)
+  logits = transformer.logits_from_hidden(config, params, hidden)
+  return logits if array else np.asarray(logits)
 
 
 def test_fresh_adapters_leave_the_base_and_follow_peft_init(hf_checkpoints):
@@ -124,3 +133,118 @@ def test_a_model_section_with_a_peft_adapter_loads_the_merged_model(hf_checkpoin
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
   with pytest.raises(ValueError, match="model.adapter='a' needs model.path"):
     load_model_and_tokenizer(ModelSpec(adapter="a"), str(tmp_path / "tok"), 0, mesh)
+
+
+# --- training the adapters ------------------------------------------------------------------------------------------
+
+TINY = model_config.preset("tiny", vocab_size=256, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
+                           num_kv_heads=2, head_dim=16)
+KL_LOSS = LossParams(core=LossCore(kl_coef=0.01, entropy_coef=0.001))
+
+
+def _tiny_batch(rows=8, width=24, seed=0):
+  rng = np.random.default_rng(seed)
+  tokens = rng.integers(3, TINY.vocab_size, (rows, width)).astype(np.int32)
+  seg = (np.arange(width)[None] < rng.integers(width // 2, width + 1, rows)[:, None]).astype(np.int32)
+  mask = ((np.arange(width)[None] >= rng.integers(3, width // 2, rows)[:, None]) & (seg > 0)).astype(np.float32)
+  adv = np.where(rng.random(rows) < 0.5, 1.0, -1.0)[:, None] * mask
+  old = -np.log(TINY.vocab_size) * mask + 0.05 * rng.standard_normal((rows, width)) * mask
+  batch = TrainBatch(tokens=tokens * seg, segment_ids=seg, positions=np.tile(np.arange(width), (rows, 1)) * seg,
+                     loss_mask=mask, advantages=adv.astype(np.float32), old_logprobs=old.astype(np.float32))
+  return split_minibatches(batch, rows, 4)[0]
+
+
+def test_the_unmerged_forward_and_its_gradient_are_the_merged_models():
+  """`attach` (training) against `merge` (the sampler): the logits at every position and at read positions, the
+  prefix cache, and the adapters' gradient, which at b = 0 is the chain rule by hand: dL/db = s · aᵀ · dL/dW."""
+  params = transformer.init_params(TINY, jax.random.key(0))
+  cfg = LoraConfig(rank=4, alpha=8.0)
+  adapters = _random_adapters(params, cfg)
+  tokens = jnp.asarray(np.random.RandomState(0).randint(0, TINY.vocab_size, (2, 20)))
+  read = jnp.asarray([[3, 7], [10, 19]])
+  merged, attached = lora.merge(params, adapters, cfg), lora.attach(params, adapters, cfg)
+  for r in (None, read):
+    np.testing.assert_allclose(_logits(TINY, attached, tokens, r), _logits(TINY, merged, tokens, r), atol=2e-5)
+  segments = jnp.ones_like(tokens)
+  for x, y in zip(jax.tree.leaves(transformer.prefix_cache(TINY, attached, tokens, segments)),
+                  jax.tree.leaves(transformer.prefix_cache(TINY, merged, tokens, segments))):
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=2e-5)
+
+  def loss(p):
+    return jnp.sum(jnp.tanh(jnp.asarray(_logits(TINY, p, tokens, None, array=True))))
+
+  fresh = lora.init_adapters(params, cfg, jax.random.key(3))
+  by_adapters = jax.grad(lambda ad: loss(lora.attach(params, ad, cfg)))(fresh)
+  by_weights = jax.grad(loss)(params)
+  for target, (path, n_in, _) in lora.TARGETS.items():
+    g_w = by_weights
+    for k in path:
+      g_w = g_w[k]
+    g_w = g_w.reshape(TINY.num_layers, *lora._split(g_w.shape, n_in))
+    want = cfg.scale * jnp.einsum("lir,lio->lro", fresh[target]["a"], g_w)
+    np.testing.assert_allclose(np.asarray(by_adapters[target]["b"]), np.asarray(want), rtol=1e-4, atol=1e-6)
+    assert not np.any(np.asarray(by_adapters[target]["a"]))  # b = 0: a gets no gradient yet, as in PEFT
+
+
+def _lora_steps(mesh=None, steps=2):
+  optimizer = make_optimizer(OptimConfig(learning_rate=1e-3))
+  params = transformer.init_params(TINY, jax.random.key(0))
+  cfg = LoraConfig(rank=4, alpha=8.0)
+  state = init_state(lora.init_adapters(params, cfg, jax.random.key(1)), optimizer, None, mesh, TINY,
+                     base_params=jax.tree.map(jnp.copy, params))  # the step donates the state
+  step = make_train_step(TINY, KL_LOSS, optimizer, mesh, with_reference=True, lora=cfg)
+  metrics = []
+  for s in range(steps):
+    state, m = step(state, _tiny_batch(seed=s))
+    metrics.append(jax.tree.map(float, m))
+  return params, cfg, state, metrics
+
+
+def test_a_lora_step_trains_the_adapters_only_from_the_base_policy_with_the_base_as_reference():
+  params, cfg, state, metrics = _lora_steps()
+  optimizer = make_optimizer(OptimConfig(learning_rate=1e-3))
+  full = init_state(jax.tree.map(jnp.copy, params), optimizer, jax.tree.map(jnp.copy, params))
+  _, want = make_train_step(TINY, KL_LOSS, optimizer, with_reference=True)(full, _tiny_batch(seed=0))
+  for name in ("loss", "pg_loss", "entropy", "kl"):  # b = 0: the first step scores the base, π_ref itself
+    np.testing.assert_allclose(metrics[0][name], float(want[name]), rtol=1e-5, atol=1e-7, err_msg=name)
+  assert metrics[0]["kl"] == 0.0 and metrics[1]["kl"] > 0.0  # the second step's policy has moved off the base
+  for x, y in zip(jax.tree.leaves(params), jax.tree.leaves(state.base_params)):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+  assert jax.tree.structure(state.params) == jax.tree.structure(lora.init_adapters(params, cfg, jax.random.key(1)))
+  assert all(np.any(np.asarray(ad["b"])) for ad in state.params.values())
+  trained = sum(x.size for x in jax.tree.leaves(state.params))
+  assert sum(x.size for x in jax.tree.leaves(state.opt_state)) == 2 * trained + 1  # Adam's moments and its count
+  merged = policy_params(state, cfg)
+  for x, y in zip(jax.tree.leaves(lora.merge(params, state.params, cfg)), jax.tree.leaves(merged)):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_a_sharded_lora_step_equals_the_single_device_one():
+  _, _, single, m1 = _lora_steps()
+  _, _, sharded, m2 = _lora_steps(mesh=make_mesh((2, 2, 2)))
+  np.testing.assert_allclose(m2[-1]["loss"], m1[-1]["loss"], rtol=1e-5)
+  for a, b in zip(jax.tree.leaves(single.params), jax.tree.leaves(sharded.params)):
+    np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=2e-6, rtol=2e-5)
+  assert any(leaf.sharding.spec != jax.sharding.PartitionSpec() for leaf in jax.tree.leaves(sharded.base_params))
+
+
+def test_a_pool_of_adapters_gives_each_steps_merged_weights(tmp_path):
+  """A LoRA run's checkpoints hold adapters and its pool the base once: `pool_params` (every reader of a run's
+  weights: warm starts, teacher pools, serving) hands back base + that step's adapters."""
+  params, cfg, state, _ = _lora_steps(steps=1)
+  record = {"lora": dataclasses.asdict(cfg)}
+  with CheckpointPool(tmp_path / "run" / "checkpoints") as pool:
+    with pytest.raises(FileNotFoundError, match="base weights"):
+      pool.restore_base(params)
+    pool.save_base(params)
+    pool.save(3, {"adapters": state.params, "opt_state": state.opt_state, "step": state.step}, metrics={},
+              outcomes=None, config={}, extra=record)
+    pool.save(4, {"adapters": state.params, "step": state.step}, metrics={}, outcomes=None, config={}, extra={})
+    abstract = transformer.abstract_params(TINY)
+    got = pool_params(pool, 3, abstract)
+    for x, y in zip(jax.tree.leaves(lora.merge(params, state.params, cfg)), jax.tree.leaves(got)):
+      np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    with pytest.raises(ValueError, match="holds adapters but no 'lora' record"):
+      pool_params(pool, 4, abstract)
+  ran, number = run_params(tmp_path / "run", "3", abstract)
+  assert number == 3 and jax.tree.structure(ran) == jax.tree.structure(got)

@@ -20,6 +20,7 @@ import pytest
 
 from agentopd_jax.batching.collate import TrainBatch
 from agentopd_jax.models import config as model_config, transformer
+from agentopd_jax.models.lora import LoraConfig
 from agentopd_jax.objectives.registry import LossCore, LossParams, get_objective
 from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.sampling import sampler
@@ -35,11 +36,15 @@ OPTIMIZER = make_optimizer(OptimConfig(learning_rate=1e-6))
 PLAN_FACTOR = 4 / 3  # measured / planned must lie in [1 / PLAN_FACTOR, PLAN_FACTOR]
 
 
-def _plan(model, mesh_shape, rows=16, seq_len=256, sampler_rows=64, prefill_len=512):
-  work = memory_plan.Workload(rows=rows, seq_len=seq_len, minibatch_rows=rows,
+def _workload(rows=16, seq_len=256, sampler_rows=64, prefill_len=512):
+  return memory_plan.Workload(rows=rows, seq_len=seq_len, minibatch_rows=rows,
                               score=get_objective("grpo").score_config(LOSS, ScoreConfig()), sampler_rows=sampler_rows,
                               cache_capacity=2 * prefill_len, prefill_len=prefill_len)
-  return memory_plan.plan(model, mesh_shape, OPTIMIZER, work, with_reference=True)
+
+
+def _plan(model, mesh_shape, rows=16, seq_len=256, sampler_rows=64, prefill_len=512):
+  return memory_plan.plan(model, mesh_shape, OPTIMIZER, _workload(rows, seq_len, sampler_rows, prefill_len),
+                          with_reference=True)
 
 
 def _placed(abstract, shardings):
@@ -167,3 +172,22 @@ def test_bad_mesh_shapes_are_named():
     memory_plan.abstract_mesh((2, 0, 1))
   with pytest.raises(ValueError, match=r"unknown accelerator 'tpu'"):
     memory_plan.accelerator_bytes("tpu")
+
+
+@pytest.mark.parametrize("mesh_shape", [(1, 1, 1), (2, 2, 2)])
+def test_a_lora_plan_holds_the_adapters_state_and_the_samplers_merged_copy_not_a_reference(mesh_shape):
+  """LoRA: the base (the model's shardings), the f32 adapters replicated with their Adam moments, gradients and
+  update, no reference copy (π_ref is the base), and the sampler's merged policy, a second model-sized copy."""
+  model = model_config.preset("qwen2.5-7b", param_dtype="bfloat16")
+  cfg = LoraConfig(rank=64, alpha=64.0)
+  work = _plan(model, mesh_shape)
+  lora_plan = memory_plan.plan(model, mesh_shape, OPTIMIZER, _workload(),
+                               with_reference=True, lora=cfg)
+  d, f, h, kv, hd, layers = 3584, 18944, 28, 4, 128, 28
+  per_layer = 64 * ((d + h * hd) + 2 * (d + kv * hd) + (h * hd + d) + 2 * (d + f) + (f + d))  # r·(in + out) each
+  adapters = 4 * layers * per_layer  # f32, replicated
+  assert lora_plan.adapters == adapters and lora_plan.gradients == 2 * adapters
+  assert lora_plan.optimizer_update == adapters and lora_plan.opt_state == 2 * adapters + 4
+  assert lora_plan.params == lora_plan.merged == work.params and lora_plan.reference == 0
+  assert lora_plan.resident < work.resident - work.params  # no Adam moments of the model's size
+  assert lora_plan.activations == work.activations

@@ -24,6 +24,7 @@ pytest.importorskip("alfworld", reason="generating games needs the alfworld whee
 from agentopd_jax.envs import registry  # noqa: E402
 from agentopd_jax.envs.alfworld import generator  # noqa: E402
 from agentopd_jax.models import config as model_config, transformer  # noqa: E402
+from agentopd_jax.models.loading import pool_params  # noqa: E402
 from agentopd_jax.storage.checkpoints import CheckpointPool  # noqa: E402
 from agentopd_jax.storage.logs import read_metrics, untimed  # noqa: E402
 
@@ -65,10 +66,20 @@ def _finish(proc):
   return out
 
 
-def _params(workdir, step):
-  config = model_config.preset("tiny")
+def _params(workdir, step, merged=False):
+  """Checkpoint `step`'s trained weights: the model's, or (`merged`: a LoRA run) its adapters merged onto the base."""
   with CheckpointPool(os.path.join(workdir, "checkpoints"), read_only=True) as pool:
-    return pool.restore_params(step, transformer.abstract_params(config))
+    if merged:
+      return pool_params(pool, step, pool.restore_base(_saved_shapes(pool)))
+    return pool.restore_params(step, transformer.abstract_params(model_config.preset("tiny")))
+
+
+def _saved_shapes(pool):
+  """The base's arrays as the pool saved them (no model config needed)."""
+  import orbax.checkpoint as ocp
+  from etils import epath
+  meta = ocp.PyTreeCheckpointHandler().metadata(epath.Path(os.path.join(pool.directory, "base")))
+  return jax.tree.map(lambda m: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype), getattr(meta, "tree", meta))
 
 
 @pytest.fixture(scope="module")
@@ -140,9 +151,9 @@ def _kills(seed):
           "checkpoint/write:1"]                        # resumed from 0: killed writing step 1
 
 
-def _assert_same_run(workdir_a, workdir_b, iterations=ITERATIONS):
-  """Equal final parameters (bitwise), checkpoint records (metrics, outcomes, extra) and logged metrics (timings
-  aside) of two runs."""
+def _assert_same_run(workdir_a, workdir_b, iterations=ITERATIONS, merged=False):
+  """Equal final parameters (bitwise; `merged`: a LoRA run's base + adapters), checkpoint records (metrics, outcomes,
+  extra) and logged metrics (timings aside) of two runs."""
   with CheckpointPool(os.path.join(workdir_a, "checkpoints"), read_only=True) as a, \
        CheckpointPool(os.path.join(workdir_b, "checkpoints"), read_only=True) as b:
     assert a.steps() == b.steps() == list(range(iterations + 1))
@@ -150,7 +161,8 @@ def _assert_same_run(workdir_a, workdir_b, iterations=ITERATIONS):
       ma, mb = a.metadata(step), b.metadata(step)
       assert (ma["outcomes"], ma["extra"]) == (mb["outcomes"], mb["extra"]), step
       assert untimed(ma["metrics"]) == untimed(mb["metrics"]), step
-  for x, y in zip(jax.tree.leaves(_params(workdir_a, iterations)), jax.tree.leaves(_params(workdir_b, iterations))):
+  for x, y in zip(jax.tree.leaves(_params(workdir_a, iterations, merged)),
+                  jax.tree.leaves(_params(workdir_b, iterations, merged))):
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
   logs_a, logs_b = (read_metrics(os.path.join(w, "logs")) for w in (workdir_a, workdir_b))
   assert [(r["phase"], r["step"]) for r in logs_a] == [(r["phase"], r["step"]) for r in logs_b]  # none lost or twice
@@ -181,10 +193,11 @@ def test_sdar_with_opid_killed_anywhere_resumes_to_the_uninterrupted_run(tmp_pat
   _assert_same_run(str(tmp_path / "b"), str(tmp_path / "a"), iterations=2)
 
 
-def test_hf_folder_and_trajectory_layout(tmp_path, games_root):
+def test_hf_folder_and_trajectory_layout_with_lora(tmp_path, games_root):
   """The researcher's path: weights and tokenizer from a local HF folder (here a tiny random Qwen2 saved by
-  transformers), GRPO on whole-trajectory samples with observation tokens masked, KL to the loaded model, rollout
-  correction on."""
+  transformers), LoRA adapters trained on it by GRPO on whole-trajectory samples with observation tokens masked, KL
+  to the loaded model (the base), rollout correction on. The pool holds the base once and adapters per step; a run
+  resumed from step 1 ends with the uninterrupted run's step 2, weights and records."""
   import torch
   import transformers as tf
 
@@ -201,16 +214,26 @@ def test_hf_folder_and_trajectory_layout(tmp_path, games_root):
   workdir = str(tmp_path / "run_hf")
   cmd = [sys.executable, os.path.join(ROOT, "experiments", "train.py"),
          f"--config={os.path.join(ROOT, 'configs', 'alfworld.py')}"] + _flags(workdir, games_root) + [
-      f"--config.model.path={folder}", "--config.sft.steps=0", "--config.grpo.iterations=1",
+      f"--config.model.path={folder}", "--config.sft.steps=0", "--config.lora.rank=4", "--config.lora.alpha=8",
+      "--config.optim.learning_rate=1e-3",
       "--config.rollout.layout=trajectory", "--config.rollout.max_total_tokens=2048",
       # Rollout correction on whole trajectories: π_old recomputed by the trainer, token weights, token rejection.
       "--config.rollout.recompute_old_logprobs=True", "--config.rollout_correction.is_level=token",
       "--config.rollout_correction.rs=token_k1", "--config.rollout_correction.rs_threshold=0.5_2.0"]
   _finish(subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+  resumed = str(tmp_path / "run_hf_resumed")
+  shutil.copytree(workdir, resumed)
+  shutil.rmtree(os.path.join(resumed, "checkpoints", "2"))
+  _finish(subprocess.Popen([x.replace(workdir, resumed) for x in cmd], cwd=ROOT, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True))
+  _assert_same_run(workdir, resumed, merged=True)
   with CheckpointPool(os.path.join(workdir, "checkpoints"), read_only=True) as pool:
-    assert pool.steps() == [0, 1]
-    assert pool.metadata(1)["config"]["model"]["path"] == str(folder)
+    assert pool.metadata(1)["config"]["model"]["path"] == str(folder) and pool.has_base()
+    assert pool.saved_keys(2) == ["adapters", "opt_state", "step"]
+    assert pool.metadata(2)["extra"]["lora"] == {"rank": 4, "alpha": 8.0, "rslora": False,
+                                                 "targets": ["q", "k", "v", "o", "gate", "up", "down"]}
   train = [r for r in read_metrics(os.path.join(workdir, "logs")) if r["phase"] == "train"]
+  assert train[1]["actor/kl"] > 0.0  # the adapters moved the policy off the base
   assert train[0]["batch/samples"] == 8  # one sample per episode: 2 tasks x group 4
   assert abs(train[0]["rollout/logprob_drift"]) < 1e-4 and train[0]["actor/kl"] >= 0.0
   # An f32 sampler against the f32 trainer: no mismatch, weights 1, nothing rejected.

@@ -22,7 +22,7 @@ from agentopd_jax.objectives.losses import KL_KINDS, Normalizer, agg_loss, kl_pe
 from agentopd_jax.objectives.registry import (LossParams, Metrics, Objective, grpo_branches, grpo_loss,
                                               register_objective)
 from agentopd_jax.scoring.fused import Scores
-from agentopd_jax.storage.checkpoints import run_params
+from agentopd_jax.models.loading import run_params
 
 BEST = -1  # `kl_to_best.step`: the run's best-validation checkpoint
 

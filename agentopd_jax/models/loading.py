@@ -1,9 +1,11 @@
 """Model + tokenizer from a config: a local Hugging Face folder, or a preset with random weights and the built-in
-tokenizer (the no-download default). Shared by every experiment entry point."""
+tokenizer (the no-download default); and a run's checkpointed weights, a LoRA run's merged onto its base. Shared by
+every experiment entry point."""
 from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 import jax
@@ -11,6 +13,7 @@ import jax
 from agentopd_jax.models import hf_io, lora, transformer
 from agentopd_jax.models.config import _DTYPES, ATTENTION_IMPLS, preset
 from agentopd_jax.models.tokenizer import BUILTIN_VOCAB_SIZE, builtin_tokenizer, has_tokenizer, load_tokenizer
+from agentopd_jax.storage.checkpoints import CheckpointPool
 
 logger = logging.getLogger(__name__)
 
@@ -108,3 +111,29 @@ def model_overrides(model_cfg) -> dict:
   if getattr(model_cfg, "remat", False):
     overrides["remat"] = True
   return overrides
+
+
+def pool_params(pool: CheckpointPool, step: int, abstract_params):
+  """Checkpoint `step`'s full weights, laid out like `abstract_params`: its params, or for a LoRA run (whose steps
+  hold adapters) the pool's base with that step's adapters merged at the LoRA config the step recorded. Every
+  reader of a run's weights goes through here: a warm start, a teacher pool, serving."""
+  if "adapters" not in pool.saved_keys(step):
+    return pool.restore_params(step, abstract_params)
+  record = (pool.metadata(step)["extra"] or {}).get("lora")
+  if not record:
+    raise ValueError(f"step {step} in {pool.directory} holds adapters but no 'lora' record in its extra")
+  cfg = lora.LoraConfig(**{**record, "targets": tuple(record["targets"])})
+  adapters = pool.restore_params(step, lora.abstract_adapters(abstract_params, cfg), key="adapters")
+  merged = lora.merge(pool.restore_base(abstract_params), adapters, cfg)
+  if all(getattr(a, "sharding", None) is not None for a in jax.tree.leaves(abstract_params)):
+    merged = jax.device_put(merged, jax.tree.map(lambda a: a.sharding, abstract_params))
+  return merged
+
+
+def run_params(run_dir, step, abstract_params, field: str = "step") -> Tuple[Any, int]:
+  """(params, step number) of checkpoint `step` ("best", "latest" or a number) of the run folder `run_dir`'s pool
+  (`pool_params`), restored onto `abstract_params` (shapes, dtypes, shardings); a bad step is an error naming the
+  config `field`."""
+  with CheckpointPool(os.path.join(run_dir, "checkpoints"), read_only=True) as pool:
+    number = pool.resolve_step(step, field)
+    return pool_params(pool, number, abstract_params), number

@@ -88,23 +88,44 @@ def init_adapters(params, cfg: LoraConfig, key: jax.Array):
   return out
 
 
+def abstract_adapters(params, cfg: LoraConfig):
+  """The shapes and dtypes of `init_adapters(params, cfg, key)` (params may be abstract)."""
+  return jax.eval_shape(lambda: init_adapters(params, cfg, jax.random.key(0)))
+
+
 def delta(kernel_shape, n_in: int, adapter, scale: float) -> jnp.ndarray:
   """s · (a @ b) of every layer, shaped like the stacked kernel, in f32."""
   return (scale * jnp.einsum("lir,lro->lio", adapter["a"], adapter["b"])).reshape(kernel_shape)
 
 
-def merge(params, adapters, cfg: LoraConfig):
-  """`params` with every adapted kernel replaced by W + s·(a@b), computed in f32 and stored in W's dtype."""
-  merged = dict(params)  # copied along each adapted kernel's path; every other leaf is shared
+def _with_leaves(params, adapters, leaves):
+  """`params` copied along each adapted kernel's path (every other leaf shared), its node updated by
+  `leaves(kernel name, kernel, n_in, adapter)` -> {name: leaf}."""
+  out = dict(params)
   for target, adapter in adapters.items():
     path, n_in, _ = TARGETS[target]
-    w = _kernel(params, path)
-    node = merged
+    node = out
     for k in path[:-1]:
       node[k] = dict(node[k])
       node = node[k]
-    node[path[-1]] = (w.astype(jnp.float32) + delta(w.shape, n_in, adapter, cfg.scale)).astype(w.dtype)
-  return merged
+    node.update(leaves(path[-1], node[path[-1]], n_in, adapter))
+  return out
+
+
+def merge(params, adapters, cfg: LoraConfig):
+  """`params` with every adapted kernel replaced by W + s·(a@b), computed in f32 and stored in W's dtype: the
+  sampler's policy, merged once per refresh."""
+  def merged(name, w, n_in, adapter):
+    return {name: (w.astype(jnp.float32) + delta(w.shape, n_in, adapter, cfg.scale)).astype(w.dtype)}
+  return _with_leaves(params, adapters, merged)
+
+
+def attach(params, adapters, cfg: LoraConfig):
+  """`params` with each adapted kernel's factors beside it, `{kernel}_lora_a` = s·a [L, in, r] and
+  `{kernel}_lora_b` = b [L, r, out]: `transformer.forward` then adds x·(s·a)·b to the kernel's product (the
+  training path; differentiable in `adapters`, the base untouched)."""
+  return _with_leaves(params, adapters, lambda name, w, n_in, adapter: {
+      f"{name}_lora_a": cfg.scale * adapter["a"], f"{name}_lora_b": adapter["b"]})
 
 
 # --- Hugging Face PEFT files -------------------------------------------------------------------------------------

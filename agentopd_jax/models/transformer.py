@@ -157,6 +157,21 @@ def _project(equation: str, x, kernel, dt):
   return matmul.matmul(x.astype(dt), kernel, contract=len(set(lhs) & set(rhs))).astype(dt)
 
 
+def _dense(module: nn.Module, equation: str, x, name: str, shape, axes, dt):
+  """`_project` through the kernel `name`, plus its LoRA term where the params carry one (`lora.attach`): the
+  kernel's input axes flattened times `{name}_lora_a` [in, r] (already scaled) times `{name}_lora_b` [r, out]. The
+  adapter stays a separate low-rank product, so the gradient of a LoRA update reaches a and b without ever forming a
+  full-size weight gradient, and a small update is not rounded away into a bf16 kernel."""
+  y = _project(equation, x, _param(module, name, shape, axes), dt)
+  if not module.has_variable("params", f"{name}_lora_a"):
+    return y
+  a, b = module.get_variable("params", f"{name}_lora_a"), module.get_variable("params", f"{name}_lora_b")
+  lhs, rhs = equation.split("->")[0].split(",")
+  flat = x.reshape(x.shape[:x.ndim - len(set(lhs) & set(rhs))] + (-1,)).astype(dt)
+  low = matmul.matmul(flat, a.astype(dt), contract=1).astype(dt)
+  return y + matmul.matmul(low, b.astype(dt), contract=1).astype(dt).reshape(y.shape)
+
+
 class Attention(nn.Module):
   config: ModelConfig
 
@@ -179,9 +194,9 @@ class Attention(nn.Module):
       layer_cache = (_from_storage(layer_cache[0], dt), _from_storage(layer_cache[1], dt))
     d, h, kv, hd = c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim
     x_q = x if read is None else _at(x, read)
-    q = _project("btd,dhk->bthk", x_q, _param(self, "q_kernel", (d, h, hd), ("embed", "q_heads", "head_dim")), dt)
-    k = _project("btd,dhk->bthk", x, _param(self, "k_kernel", (d, kv, hd), ("embed", "kv_heads", "head_dim")), dt)
-    v = _project("btd,dhk->bthk", x, _param(self, "v_kernel", (d, kv, hd), ("embed", "kv_heads", "head_dim")), dt)
+    q = _dense(self, "btd,dhk->bthk", x_q, "q_kernel", (d, h, hd), ("embed", "q_heads", "head_dim"), dt)
+    k = _dense(self, "btd,dhk->bthk", x, "k_kernel", (d, kv, hd), ("embed", "kv_heads", "head_dim"), dt)
+    v = _dense(self, "btd,dhk->bthk", x, "v_kernel", (d, kv, hd), ("embed", "kv_heads", "head_dim"), dt)
     if c.qkv_bias:
       zeros = nn.initializers.zeros
       q = q + _param(self, "q_bias", (h, hd), ("q_heads", "head_dim"), zeros).astype(dt)
@@ -206,7 +221,7 @@ class Attention(nn.Module):
     else:
       out = _dot_product_attention(q, k, v, chunk_mask, layer_cache, cache_mask,
                                    None if c.attention_impl == "dot_product" else "cudnn")
-    o = _project("bthk,hkd->btd", out, _param(self, "o_kernel", (h, hd, d), ("q_heads", "head_dim", "embed")), dt)
+    o = _dense(self, "bthk,hkd->btd", out, "o_kernel", (h, hd, d), ("q_heads", "head_dim", "embed"), dt)
     if c.o_bias:
       o = o + _param(self, "o_bias", (d,), ("embed",), nn.initializers.zeros).astype(dt)
     return o, (k, v)
@@ -219,12 +234,10 @@ class MLP(nn.Module):
   def __call__(self, x):
     c = self.config
     dt = c.compute_dtype
-    gate = _project("btd,df->btf", x, _param(self, "gate_kernel", (c.hidden_size, c.intermediate_size),
-                                              ("embed", "mlp")), dt)
-    up = _project("btd,df->btf", x, _param(self, "up_kernel", (c.hidden_size, c.intermediate_size), ("embed", "mlp")),
-                  dt)
-    down = _param(self, "down_kernel", (c.intermediate_size, c.hidden_size), ("mlp", "embed"))
-    return _project("btf,fd->btd", nn.silu(gate) * up, down, dt)
+    d, f = c.hidden_size, c.intermediate_size
+    gate = _dense(self, "btd,df->btf", x, "gate_kernel", (d, f), ("embed", "mlp"), dt)
+    up = _dense(self, "btd,df->btf", x, "up_kernel", (d, f), ("embed", "mlp"), dt)
+    return _dense(self, "btf,fd->btd", nn.silu(gate) * up, "down_kernel", (f, d), ("mlp", "embed"), dt)
 
 
 class DecoderLayer(nn.Module):

@@ -231,6 +231,33 @@ class CheckpointPool:
     if jax.process_index() == 0:
       self._record_checksum(step)
 
+  def save_base(self, params) -> None:
+    """Writes the frozen base of a run whose checkpoints hold only what it trains (LoRA adapters) once, in
+    `<pool>/base`, so that the pool alone gives every step's full weights (`models.loading.pool_params`). Orbax
+    renames the folder into place only once it is whole; a base already there is kept (a resumed run)."""
+    if self.read_only:
+      raise PermissionError(f"CheckpointPool at {self.directory} was opened read_only")
+    if not self.has_base():
+      ocp.PyTreeCheckpointer().save(self._base_dir(), params)
+
+  def has_base(self) -> bool:
+    return os.path.isdir(self._base_dir())
+
+  def restore_base(self, abstract_params):
+    """The base written by `save_base`, laid out like `abstract_params`."""
+    if not self.has_base():
+      raise FileNotFoundError(f"no base weights at {self._base_dir()}: this pool's checkpoints hold adapters, and "
+                              "the base they were trained on was never written")
+    item = jax.tree.map(_restore_leaf, abstract_params)
+    return ocp.PyTreeCheckpointer().restore(self._base_dir(), item=item,
+                                            restore_args=ocp.checkpoint_utils.construct_restore_args(item))
+
+  def saved_keys(self, step: int) -> list[str]:
+    """The top-level entries of `step`'s saved state ("params" or "adapters", "opt_state", ...)."""
+    self._meta(step)
+    saved = self._mgr.item_metadata(step)[_STATE].tree
+    return sorted(saved) if isinstance(saved, dict) else []
+
   # --- reading ------------------------------------------------------------------------------------------------
 
   def steps(self) -> list[int]:
@@ -394,6 +421,9 @@ class CheckpointPool:
                        f"(another model or optimizer config?): {len(wrong)} entries differ, e.g. {k!r}: saved "
                        f"{shapes.get(k, 'nothing')}, asked for {wanted.get(k, 'nothing')}")
 
+  def _base_dir(self) -> str:
+    return os.path.join(self.directory, "base")
+
   def _step_dir(self, step: int) -> str:
     return os.path.join(self.directory, str(step))
 
@@ -484,11 +514,3 @@ def _check_outcomes(outcomes: dict[str, tuple[int, int]]) -> dict[str, list[int]
       raise ValueError(f"outcomes[{problem!r}] = ({succ}, {att}): need 0 <= successes <= attempts")
     out[problem] = [succ, att]
   return out
-
-
-def run_params(run_dir: str | os.PathLike, step: int | str, abstract_params, field: str = "step") -> tuple[Any, int]:
-  """(params, step number) of checkpoint `step` ("best", "latest" or a number) of the run folder `run_dir`'s pool,
-  restored onto `abstract_params` (shapes, dtypes, shardings); a bad step is an error naming the config `field`."""
-  with CheckpointPool(os.path.join(run_dir, "checkpoints"), read_only=True) as pool:
-    number = pool.resolve_step(step, field)
-    return pool.restore_params(number, abstract_params), number

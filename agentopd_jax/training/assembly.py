@@ -33,7 +33,8 @@ from agentopd_jax.methods.base import Method, check_composition
 from agentopd_jax.objectives.registry import LossParams, Objective, get_objective
 from agentopd_jax.parallel import distributed
 from agentopd_jax.parallel.sharding import make_mesh
-from agentopd_jax.storage.checkpoints import CheckpointPool, run_params
+from agentopd_jax.models.loading import run_params
+from agentopd_jax.storage.checkpoints import CheckpointPool
 from agentopd_jax.storage.logs import LiveReport, MetricsLogger, NullLogger, WandbSink
 from agentopd_jax.training import data
 from agentopd_jax.training.config import RunConfig, from_config_dict, loss_params
@@ -41,6 +42,7 @@ from agentopd_jax.training.config import method_names as methods_of
 from agentopd_jax.training.train_step import BadUpdates, make_optimizer, make_train_step
 
 VALIDATION_STREAM = 10**6  # fold_in index of the validation key; GRPO iteration i uses index i
+LORA_STREAM = 3 * 10**6    # fold_in index of a LoRA run's adapter initialisation
 RANDOM_INIT_PRESETS = ("tiny", "small")  # CPU-sized models trained from scratch; larger ones load a checkpoint
 
 
@@ -218,5 +220,6 @@ def build_run(c) -> RunParts:
       live=live, log=log, optimizer=optimizer, bad_updates=BadUpdates(cfg.optim.max_bad_updates),
       use_reference=use_reference, loss=loss, objective=get_objective(loss.objective),
       train_step=make_train_step(model, loss, optimizer, mesh, use_reference,
-                                 temperature=runs_at.train.temperature),  # the rollouts' temperature
+                                 temperature=runs_at.train.temperature,  # the rollouts' temperature
+                                 lora=cfg.lora if cfg.lora.rank else None),
       methods=methods)

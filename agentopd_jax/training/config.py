@@ -34,6 +34,7 @@ from agentopd_jax.envs import registry
 from agentopd_jax.envs.registry import EnvCommon
 from agentopd_jax.models.config import _DTYPES
 from agentopd_jax.models.loading import ModelSpec
+from agentopd_jax.models.lora import LoraConfig
 from agentopd_jax.models.tokenizer import BuiltinTokenizerConfig
 from agentopd_jax.methods import METHODS  # also registers the methods' objectives
 from agentopd_jax.methods.agentic_opd.config import AgenticOpdConfig
@@ -241,6 +242,8 @@ class RunConfig:
   reuse_warm_start: bool = True        # the SFT warm start and its step-0 validation are computed once per key in
                                        # the user's cache and reused by every run that shares them (training/reuse.py)
   model: ModelSpec = dataclasses.field(default_factory=ModelSpec)
+  lora: LoraConfig = dataclasses.field(default_factory=LoraConfig)  # rank > 0: GRPO trains LoRA adapters on the
+                                       # starting policy (the SFT warm start trains every weight)
   builtin_tokenizer: BuiltinTokenizerConfig = dataclasses.field(default_factory=BuiltinTokenizerConfig)
   rollout: RolloutConfig = dataclasses.field(default_factory=RolloutConfig)
   rollout_correction: RolloutCorrectionConfig = dataclasses.field(default_factory=RolloutCorrectionConfig)

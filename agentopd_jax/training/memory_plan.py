@@ -47,8 +47,14 @@ The terms are read off the code; which of them are live at once, and on how many
 compiled programs' `memory_analysis()` on CPU, which tests/test_plan.py keeps checking (docs/planning.md records
 the numbers, mesh by mesh).
 
-Peak = resident (params + optimizer + reference + teacher) + max(train step, rollout = live caches x KV cache +
-prefill). It fits an accelerator when it is at most HEADROOM of the accelerator's HBM.
+LoRA (`lora.rank` > 0): the params are the frozen base; the adapters (f32, replicated), their Adam moments, gradients
+and update replace the model-sized ones; there is no reference copy (π_ref is the base); and the sampler's policy,
+base + adapters merged once per iteration, is a second model-sized copy, resident through the iteration
+(`merged`). The unmerged low-rank products in the update add 2·n·r·c per adapted projection to a layer's activations,
+not counted (r is small next to the widths).
+
+Peak = resident (params + adapters + merged + optimizer + reference + teacher) + max(train step, rollout = live
+caches x KV cache + prefill). It fits an accelerator when it is at most HEADROOM of the accelerator's HBM.
 """
 from __future__ import annotations
 
@@ -60,9 +66,10 @@ import jax
 import optax
 from jax.sharding import AbstractMesh, NamedSharding, PartitionSpec as P
 
-from agentopd_jax.models import transformer
+from agentopd_jax.models import lora as lora_lib, transformer
 from agentopd_jax.models.blocked_attention import BLOCK
 from agentopd_jax.models.config import ModelConfig
+from agentopd_jax.models.lora import LoraConfig
 from agentopd_jax.parallel.sharding import MESH_AXES, logical_to_spec
 from agentopd_jax.scoring.fused import ScoreConfig
 from agentopd_jax.training.train_step import state_shardings
@@ -199,6 +206,8 @@ class Plan:
   """Per-device bytes of each part of a run; `peak(remat)` and `verdict(accelerator, remat)` summarise them."""
   mesh: Dict[str, int]
   params: int
+  adapters: int  # LoRA's trained params (0 without)
+  merged: int    # LoRA: the sampler's merged policy (0 without)
   opt_state: int
   reference: int
   teacher: int
@@ -214,7 +223,7 @@ class Plan:
 
   @property
   def resident(self) -> int:
-    return self.params + self.opt_state + self.reference + self.teacher
+    return self.params + self.adapters + self.merged + self.opt_state + self.reference + self.teacher
 
   def train_step(self, remat: bool) -> int:
     # The backward pass (activations) and AdamW's update are not live at once; the gradients span both.
@@ -250,23 +259,29 @@ def accelerator_bytes(name: str) -> int:
 
 
 def plan(model: ModelConfig, mesh_shape: MeshShape, optimizer: optax.GradientTransformation, workload: Workload,
-         with_reference: bool = False, with_teacher: bool = False) -> Plan:
+         with_reference: bool = False, with_teacher: bool = False, lora: Optional[LoraConfig] = None) -> Plan:
   """The per-device memory plan of training `model` with `optimizer` on a mesh of `mesh_shape` (no devices needed).
 
-  with_reference: the KL reference copy is resident (loss.kl_coef > 0); with_teacher: a teacher parameter copy of
-  the same shapes is (objectives that score a teacher "params").
+  with_reference: the KL reference copy is resident (loss.kl_coef > 0; with LoRA π_ref is the base, no copy);
+  with_teacher: a teacher parameter copy of the same shapes is (objectives that score a teacher "params"); lora: the
+  run trains LoRA adapters (rank > 0) on the frozen model.
   """
   mesh = abstract_mesh(mesh_shape)
-  shardings = state_shardings(model, optimizer, mesh, with_reference)
   abstract = transformer.abstract_params(model)
-  params = sharded_bytes(abstract, shardings.params)
-  opt_state = sharded_bytes(jax.eval_shape(optimizer.init, abstract), shardings.opt_state)
+  adapted = lora_lib.abstract_adapters(abstract, lora) if lora is not None and lora.rank else None
+  shardings = state_shardings(model, optimizer, mesh, with_reference and adapted is None, adapted)
+  base = shardings.params if adapted is None else shardings.base_params
+  params = sharded_bytes(abstract, base)
+  trained = params if adapted is None else sharded_bytes(adapted, shardings.params)
+  opt_state = sharded_bytes(jax.eval_shape(optimizer.init, abstract if adapted is None else adapted),
+                            shardings.opt_state)
   w = workload
   return Plan(
-      mesh=dict(mesh.shape), params=params, opt_state=opt_state, reference=params if with_reference else 0,
-      teacher=params if with_teacher else 0,
+      mesh=dict(mesh.shape), params=params, adapters=0 if adapted is None else trained,
+      merged=0 if adapted is None else params, opt_state=opt_state,
+      reference=params if with_reference and adapted is None else 0, teacher=params if with_teacher else 0,
       minibatch=_rows_per_device(mesh, w.minibatch_rows) * w.seq_len * w.batch_bytes_per_token,
-      gradients=2 * params, optimizer_update=params,
+      gradients=2 * trained, optimizer_update=trained,
       activations={remat: activation_bytes(model, mesh, w.rows, w.seq_len, remat) for remat in (False, True)},
       loss_head=loss_head_bytes(model, mesh, w.rows, w.seq_len, w.score),
       kv_cache=kv_cache_bytes(model, mesh, w.sampler_rows, w.cache_capacity), live_caches=w.live_caches,

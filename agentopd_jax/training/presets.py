@@ -76,28 +76,48 @@ def paper_overrides(c: ml_collections.ConfigDict, variant: str) -> ml_collection
   return c
 
 
+def lora_overrides(c: ml_collections.ConfigDict, paper: bool) -> ml_collections.ConfigDict:
+  """GRPO trains LoRA adapters instead of every weight. On a paper model verl-agent's LoRA script
+  (run_alfworld_lora.sh: Qwen2.5-7B, rank 64, alpha 64, lr 3e-6, three times its full fine-tuning rate); on the CPU
+  default the same alpha = rank and the same 3x ratio to its full-FT rate (1e-4), at rank 16 of the tiny model's 256
+  (docs/results.md, LoRA against full fine-tuning)."""
+  c.lora.rank = 64 if paper else 16
+  c.lora.alpha = float(c.lora.rank)
+  if paper:  # the base is never updated, so f32 master weights buy nothing; the adapters and their moments stay f32
+    c.model.param_dtype = "bfloat16"
+  c.optim.learning_rate = float(f"{3 * c.optim.learning_rate:.6g}")
+  c.workdir = f"{c.workdir}_lora"
+  return c
+
+
 def select_variant(arg: str, config_file: str, cpu: Callable[[], ml_collections.ConfigDict],
-                   paper: Callable[[str], ml_collections.ConfigDict],
+                   paper_fn: Callable[[str], ml_collections.ConfigDict],
                    extra: Optional[Dict[str, Callable[[], ml_collections.ConfigDict]]] = None
                    ) -> ml_collections.ConfigDict:
   """`get_config(arg)` of an env config: "" or "cpu" -> `cpu()`, a PAPER_MODELS key -> `paper(arg)`; a method with a
   preset (`method_variants`: SDAR and its baselines, Skill-GRPO, OPID, Agentic-OPD, kl_to_best), alone or before a
   PAPER_MODELS key where it has paper variants ("sdar", "sdar_qwen2p5_3b", "opid_qwen3_1p7b"), -> its `preset` on the
-  CPU default or on the paper setting; a key of `extra` -> that env config's own variant (ALFWorld's "forgetting")."""
+  CPU default or on the paper setting; a key of `extra` -> that env config's own variant (ALFWorld's "forgetting");
+  any of them + "_lora" ("qwen2p5_7b_lora", "sdar_lora"), or "lora" alone for the CPU default, -> with LoRA
+  (`lora_overrides`)."""
   variant = arg or "cpu"
   extra = extra or {}
+  if variant == "lora" or variant.endswith("_lora"):
+    inner = variant[:-len("_lora")] if variant != "lora" else "cpu"
+    paper = any(inner == m or inner.endswith("_" + m) for m in PAPER_MODELS)
+    return lora_overrides(select_variant(inner, config_file, cpu, paper_fn, extra), paper)
   if variant == "cpu":
     return cpu()
   if variant in extra:
     return extra[variant]()
   if variant in PAPER_MODELS:
-    return paper(variant)
+    return paper_fn(variant)
   own, on_paper = method_variants()
   if variant in own:
     return METHODS[variant].preset(cpu(), paper=False)
   for name in on_paper:
     if variant.startswith(name + "_") and variant[len(name) + 1:] in PAPER_MODELS:
-      return METHODS[name].preset(paper(variant[len(name) + 1:]), paper=True)
+      return METHODS[name].preset(paper_fn(variant[len(name) + 1:]), paper=True)
   raise ValueError(f"unknown {config_file} variant {variant!r}; choose cpu, "
                    f"{''.join(name + ', ' for name in sorted(extra))}one of {sorted(PAPER_MODELS)}, a method "
                    f"{list(own)} or <method>_<model> for a method of {list(on_paper)} (e.g. sdar_qwen2p5_3b, "

@@ -29,7 +29,8 @@ import jax
 
 from agentopd_jax import cache
 from agentopd_jax.storage.atomic import atomic_write_json
-from agentopd_jax.storage.checkpoints import CheckpointPool, run_params
+from agentopd_jax.models.loading import run_params
+from agentopd_jax.storage.checkpoints import CheckpointPool
 
 SFT_SECTIONS = ("env", "model", "builtin_tokenizer", "tokenizer_path", "rollout", "sft", "skills", "optim",
                 "pack_width", "mesh_shape")

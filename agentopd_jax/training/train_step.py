@@ -27,8 +27,9 @@ from agentopd_jax.batching.collate import TeacherSignal, TrainBatch, collate, pa
 from agentopd_jax.batching.prefixes import shared_prefixes
 from agentopd_jax.batching.samples import Sample
 import agentopd_jax.methods  # noqa: F401  registers the methods' objectives
-from agentopd_jax.models import transformer
+from agentopd_jax.models import lora as lora_lib, transformer
 from agentopd_jax.models.config import ModelConfig
+from agentopd_jax.models.lora import LoraConfig
 from agentopd_jax.objectives.losses import normalizer_for
 from agentopd_jax.objectives.registry import LossParams, get_objective
 from agentopd_jax.parallel import distributed
@@ -40,9 +41,11 @@ logger = logging.getLogger(__name__)
 @flax.struct.dataclass
 class TrainState:
   step: jnp.ndarray             # applied optimizer updates
-  params: Any
+  params: Any                   # the trained weights: the model's, or a LoRA run's adapters (`models/lora.py`)
   opt_state: Any
   reference_params: Any = None  # frozen π_ref (KL); not checkpointed: it is rebuilt from its source on resume
+  base_params: Any = None       # a LoRA run's frozen base: the policy is base + adapters, and π_ref is the base
+                                # itself (no copy); saved once per run beside the checkpoints (`CheckpointPool`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,25 +98,45 @@ def make_optimizer(cfg: OptimConfig) -> optax.GradientTransformation:
 
 
 def state_shardings(model: ModelConfig, optimizer: optax.GradientTransformation, mesh: Mesh,
-                    with_reference: bool) -> TrainState:
-  """Shardings of a TrainState: params by the model's logical rules, Adam moments like their params."""
-  params = transformer.param_shardings(model, mesh)
+                    with_reference: bool, adapters=None) -> TrainState:
+  """Shardings of a TrainState: params by the model's logical rules, Adam moments like their params. With
+  `adapters` (a LoRA run's, or their shapes) the trained params are those, replicated (they are small), and the
+  base takes the model's shardings."""
+  model_params = transformer.param_shardings(model, mesh)
   replicated = NamedSharding(mesh, P())
-  abstract_opt = jax.eval_shape(optimizer.init, transformer.abstract_params(model))
-  opt = optax.tree_map_params(optimizer, lambda _, s: s, abstract_opt, params,
+  trained = model_params if adapters is None else jax.tree.map(lambda _: replicated, adapters)
+  abstract = transformer.abstract_params(model) if adapters is None else adapters
+  abstract_opt = jax.eval_shape(optimizer.init, abstract)
+  opt = optax.tree_map_params(optimizer, lambda _, s: s, abstract_opt, trained,
                               transform_non_params=lambda _: replicated)
-  return TrainState(step=replicated, params=params, opt_state=opt,
-                    reference_params=params if with_reference else None)
+  return TrainState(step=replicated, params=trained, opt_state=opt,
+                    reference_params=model_params if with_reference else None,
+                    base_params=None if adapters is None else model_params)
 
 
 def init_state(params, optimizer: optax.GradientTransformation, reference_params=None, mesh: Optional[Mesh] = None,
-               model: Optional[ModelConfig] = None) -> TrainState:
-  """A fresh TrainState; with a mesh (and the model config) every leaf is placed on its sharding."""
+               model: Optional[ModelConfig] = None, base_params=None) -> TrainState:
+  """A fresh TrainState; with a mesh (and the model config) every leaf is placed on its sharding. A LoRA run passes
+  its adapters as `params` and the frozen model as `base_params` (and no reference: π_ref is the base)."""
   state = TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=optimizer.init(params),
-                     reference_params=reference_params)
+                     reference_params=reference_params, base_params=base_params)
   if mesh is None:
     return state
-  return jax.device_put(state, state_shardings(model, optimizer, mesh, reference_params is not None))
+  return jax.device_put(state, state_shardings(model, optimizer, mesh, reference_params is not None,
+                                               None if base_params is None else params))
+
+
+def policy_params(state: TrainState, lora: Optional[LoraConfig] = None):
+  """The policy's full weights: `state.params`, or a LoRA run's base with its adapters merged (what the sampler,
+  validation and the teacher scorers read; merged once per policy refresh)."""
+  if state.base_params is None:
+    return state.params
+  return _merged(lora)(state.base_params, state.params)
+
+
+@functools.lru_cache(maxsize=None)
+def _merged(lora: LoraConfig):
+  return jax.jit(functools.partial(lora_lib.merge, cfg=lora))
 
 
 def minibatch_sharding(mesh: Mesh, batch: TrainBatch):
@@ -122,7 +145,8 @@ def minibatch_sharding(mesh: Mesh, batch: TrainBatch):
 
 
 def make_train_step(model: ModelConfig, loss: LossParams, optimizer: optax.GradientTransformation,
-                    mesh: Optional[Mesh] = None, with_reference: bool = False, temperature: float = 1.0):
+                    mesh: Optional[Mesh] = None, with_reference: bool = False, temperature: float = 1.0,
+                    lora: Optional[LoraConfig] = None):
   """The jitted step for one (model, loss, optimizer) triple; the state argument is donated. `loss` names the
   objective and holds what its functions read (the `loss` core and the method's config group), static under jit.
 
@@ -132,21 +156,30 @@ def make_train_step(model: ModelConfig, loss: LossParams, optimizer: optax.Gradi
   The step is `step(state, minibatch, teacher_params=None)`. A distillation objective (teacher="params", e.g.
   Agentic-OPD) needs `teacher_params`: the resident teacher is not part of the state, since the scheduler swaps it
   between steps and it is never trained or checkpointed with the student.
+
+  With `lora` (rank > 0) `state.params` are the adapters and `state.base_params` the frozen model: the policy is
+  scored as base + LoRA, unmerged (`lora.attach`), the gradient and the optimizer state are the adapters' only, and
+  π_ref is the base.
   """
   objective = get_objective(loss.objective)
   score_cfg = objective.score_config(loss, ScoreConfig(temperature=temperature))
-  if score_cfg.reference and not with_reference:
+  adapted = lora is not None and lora.rank > 0
+
+  def policy_of(params, base):
+    return lora_lib.attach(base, params, lora) if adapted else params
+
+  if score_cfg.reference and not (with_reference or adapted):
     raise ValueError(f"objective {loss.objective!r} with loss.kl_coef={loss.core.kl_coef} needs reference params")
   needs_teacher = score_cfg.teacher == "params"
 
   def micro_loss(params, policy_prefix, frozen, micro: TrainBatch, norm):
     """`policy_prefix`: the policy's prefix keys and values (differentiated); `frozen`: the reference and teacher
     params and their prefix caches, constants."""
-    reference_params, teacher_params, prefixes = frozen
+    base, reference_params, teacher_params, prefixes = frozen
     if policy_prefix is not None:
       prefixes = dict(prefixes, policy=prefixes["policy"].replace(k=policy_prefix[0], v=policy_prefix[1]))
-    scores = score(model, score_cfg, params, reference_params if score_cfg.reference else None, teacher_params,
-                   micro.score_batch(), prefixes)
+    scores = score(model, score_cfg, policy_of(params, base), reference_params if score_cfg.reference else None,
+                   teacher_params, micro.score_batch(), prefixes)
     return objective.loss(scores, micro, loss, norm)
 
   grad_fn = jax.value_and_grad(micro_loss, argnums=(0, 1), has_aux=True)
@@ -157,22 +190,23 @@ def make_train_step(model: ModelConfig, loss: LossParams, optimizer: optax.Gradi
     norm = normalizer_for(minibatch.loss_mask.reshape(-1, width), minibatch.segment_ids.reshape(-1, width),
                           loss.core.loss_scale_factor, distill)
     prefixes, policy_prefix, pull = None, None, None
+    reference_params = state.base_params if adapted else state.reference_params
     if minibatch.prefix_tokens is not None:
       # The mini-batch's shared prefixes: forwarded once here; every micro-batch's rows continue them, and the
       # gradients their keys and values collect over the micro-batches flow back through this forward once.
       tokens, segments = minibatch.prefix_tokens[0], minibatch.prefix_segment_ids[0]
       def keys_values(params):
-        cache = transformer.prefix_cache(model, params, tokens, segments)
+        cache = transformer.prefix_cache(model, policy_of(params, state.base_params), tokens, segments)
         return (cache.k, cache.v), cache
 
       policy_prefix, pull, policy = jax.vjp(keys_values, state.params, has_aux=True)
       prefixes = {"policy": policy}
       if score_cfg.reference:
-        prefixes["reference"] = transformer.prefix_cache(model, state.reference_params, tokens, segments)
+        prefixes["reference"] = transformer.prefix_cache(model, reference_params, tokens, segments)
       if needs_teacher:
         prefixes["teacher"] = transformer.prefix_cache(model, teacher_params, tokens, segments)
       minibatch = minibatch.replace(prefix_tokens=None, prefix_segment_ids=None)
-    frozen = (state.reference_params, teacher_params, prefixes)
+    frozen = (state.base_params, reference_params, teacher_params, prefixes)
 
     def body(carry, micro):
       grads, prefix_grads, metrics = carry
@@ -216,7 +250,8 @@ def make_train_step(model: ModelConfig, loss: LossParams, optimizer: optax.Gradi
 
   if mesh is None:
     return checked(jax.jit(step, donate_argnums=0))
-  shardings = state_shardings(model, optimizer, mesh, with_reference)
+  adapters = lora_lib.abstract_adapters(transformer.abstract_params(model), lora) if adapted else None
+  shardings = state_shardings(model, optimizer, mesh, with_reference and not adapted, adapters)
   replicated = NamedSharding(mesh, P())
   jitted = jax.jit(step, donate_argnums=0, out_shardings=(shardings, replicated))
   # Multi-host: each process passes its own rows of the mini-batch (`make_minibatches(agree=...)`).

@@ -38,6 +38,7 @@ from agentopd_jax.envs.verl_agent.metrics import EpisodeRecord, episode_metrics
 from agentopd_jax.eval.validate import episode_record, validate
 from agentopd_jax.methods import grpo
 from agentopd_jax.methods.base import Iteration, MethodContext
+from agentopd_jax.models import lora
 from agentopd_jax.objectives import rollout_correction
 from agentopd_jax.parallel import distributed
 from agentopd_jax.rollout.refill import RefillRollouts
@@ -45,8 +46,8 @@ from agentopd_jax.scoring.teacher_signals import recompute_behaviour
 from agentopd_jax.storage.checkpoints import CheckpointPool
 from agentopd_jax.storage.logs import plot_curves, progress
 from agentopd_jax.training import data, reuse
-from agentopd_jax.training.assembly import VALIDATION_STREAM, RunParts, build_run
-from agentopd_jax.training.train_step import init_state, make_minibatches, minibatch_samples
+from agentopd_jax.training.assembly import LORA_STREAM, VALIDATION_STREAM, RunParts, build_run
+from agentopd_jax.training.train_step import init_state, make_minibatches, minibatch_samples, policy_params
 from agentopd_jax.training.warm_start import warm_start
 
 logger = logging.getLogger(__name__)
@@ -63,6 +64,8 @@ class Trainer:
     self.parts, self.cfg = parts, parts.cfg
     self.methods = parts.methods
     self.shared_start = None  # the cache folder of a start that runs share (`reuse`); set by `start_state`
+    self.lora = parts.cfg.lora if parts.cfg.lora.rank else None
+    self.trained_key = "adapters" if self.lora else "params"  # what a checkpoint's state holds
     s = parts.sampling.train
     self.ctx = MethodContext(
         model=parts.model, tokenizer=parts.tokenizer, chat=parts.train_engine.chat, env_name=self.cfg.env.name,
@@ -127,13 +130,16 @@ class Trainer:
   def validate_and_checkpoint(self, state, iteration: int):
     """Validates, lets the methods see the outcomes, and saves `state` with the validation's metrics and outcomes
     and every method's state (the skill retriever's bandit, Agentic-OPD's scheduler and teacher)."""
-    val = self.validate(state.params, iteration)
+    val = self.validate(self.policy(state), iteration)
     for m in self.methods:
       m.after_validation(val["outcomes"], iteration)
     extra = {"bad_updates": self.parts.bad_updates.count}
     for m in self.methods:
       extra.update(m.state_dict())
-    self.parts.pool.save(iteration, {"params": state.params, "opt_state": state.opt_state, "step": state.step},
+    if self.lora:
+      extra["lora"] = dataclasses.asdict(self.lora)
+    self.parts.pool.save(iteration, {self.trained_key: state.params, "opt_state": state.opt_state,
+                                     "step": state.step},
                          metrics=val["metrics"], outcomes=val["outcomes"], config=json.loads(self.parts.config_json),
                          extra={"iteration": iteration, **extra})
 
@@ -144,8 +150,9 @@ class Trainer:
     p = self.parts
     if not p.pool.steps():
       return None, None
-    template = init_state(p.init_params, p.optimizer, mesh=p.mesh, model=p.model)
-    step, saved = p.pool.restore_newest({"params": template.params, "opt_state": template.opt_state,
+    template = (self.fresh_state(p.init_params) if self.lora else
+                init_state(p.init_params, p.optimizer, mesh=p.mesh, model=p.model))
+    step, saved = p.pool.restore_newest({self.trained_key: template.params, "opt_state": template.opt_state,
                                          "step": template.step})
     if step is None:
       return None, None
@@ -153,7 +160,25 @@ class Trainer:
     p.bad_updates.count = extra.get("bad_updates", 0)
     for m in self.methods:
       m.load_state_dict(extra)
-    return step, template.replace(params=saved["params"], opt_state=saved["opt_state"], step=saved["step"])
+    state = template.replace(params=saved[self.trained_key], opt_state=saved["opt_state"], step=saved["step"])
+    if self.lora:
+      state = state.replace(base_params=p.pool.restore_base(template.base_params))
+    return step, state
+
+  def fresh_state(self, params):
+    """The train state that starts from `params`: every weight trained, or (`lora.rank` > 0) fresh adapters on
+    `params` as the frozen base, which is then π_ref as well."""
+    p = self.parts
+    if self.lora:
+      key = jax.random.fold_in(jax.random.key(self.cfg.seed), LORA_STREAM)
+      return init_state(lora.init_adapters(params, self.lora, key), p.optimizer, None, p.mesh, p.model,
+                        base_params=params)
+    return init_state(params, p.optimizer, jax.tree.map(jnp.copy, params) if p.use_reference else None, p.mesh,
+                      p.model)
+
+  def policy(self, state):
+    """The policy's full weights (a LoRA run's base with its adapters merged, once per call)."""
+    return policy_params(state, self.lora)
 
   def start_state(self):
     """The train state at step 0: a method's own starting params, else the warm start."""
@@ -161,8 +186,10 @@ class Trainer:
     params = next((q for q in (m.initial_params() for m in self.methods) if q is not None), None)
     if params is None:
       params, self.shared_start = warm_start(p)
-    return init_state(params, p.optimizer, jax.tree.map(jnp.copy, params) if p.use_reference else None, p.mesh,
-                      p.model)
+    state = self.fresh_state(params)
+    if self.lora:
+      p.pool.save_base(state.base_params)
+    return state
 
   def run(self) -> Dict:
     """Runs (or resumes) the loop; returns the summary (warm start, final and best validation, the methods')."""
@@ -174,7 +201,7 @@ class Trainer:
       self.validate_and_checkpoint(state, 0)
       start = 1
     else:
-      if p.use_reference:  # π_ref is the starting policy, checkpoint 0
+      if p.use_reference and not self.lora:  # π_ref is the starting policy, checkpoint 0
         p.pool.verify(0)
         state = state.replace(reference_params=p.pool.restore_params(0, state.params))
       phases = ("train", "val") + tuple(ph for m in self.methods for ph in m.log_phases)
@@ -227,7 +254,7 @@ class Trainer:
     envs, groups = group_tasks(tasks, cfg.grpo.group_size)
     it = Iteration(iteration=iteration, key=key, tasks=tasks, envs=envs, groups=groups,
                    first_episode=first_episode,  # this process's first
-                   params=distributed.to_local(state.params, p.local_mesh))  # the rollout-time policy, here
+                   params=distributed.to_local(self.policy(state), p.local_mesh))  # the rollout-time policy, here
     contexts = [c for c in (m.prompt_context(it) for m in self.methods) if c is not None]
     if self.refill is None:
       it.rollout = p.train_engine.run(it.params, envs, envs, groups, it.key, p.sampling.train,

@@ -19,7 +19,7 @@ from agentopd_jax.methods.opid.demos import opid_demonstration_samples
 from agentopd_jax.methods.opid.injection import Anchors
 from agentopd_jax.rollout.demonstrations import demonstration_samples, play_demonstrations
 from agentopd_jax.skills.context import SkillContext
-from agentopd_jax.storage.checkpoints import run_params
+from agentopd_jax.models.loading import run_params
 from agentopd_jax.storage.logs import progress
 from agentopd_jax.training.assembly import RunParts, base_seed, demonstration_env
 from agentopd_jax.training import reuse

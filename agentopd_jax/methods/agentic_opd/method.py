@@ -48,6 +48,7 @@ from agentopd_jax.methods.agentic_opd.losses import lad_mask, problem_success_ra
 from agentopd_jax.methods.agentic_opd.pool import build_teacher_pool, restricted, split_panel, success_rate
 from agentopd_jax.methods.agentic_opd.resident import ResidentTeacher
 from agentopd_jax.methods.base import Iteration, Method, MethodContext, Signals
+from agentopd_jax.models.loading import pool_params
 from agentopd_jax.parallel import distributed
 from agentopd_jax.storage.atomic import atomic_write_json
 from agentopd_jax.storage.checkpoints import CheckpointPool
@@ -115,7 +116,7 @@ class AgenticOpd(Method):
     (outcomes,) = distributed.allgather(json.loads(cache.read_text()) if cache.exists() else None)[:1]
     if outcomes is None:
       with CheckpointPool(Path(self.cfg.teacher_run) / "checkpoints", read_only=True) as pool:
-        params = pool.restore_params(step, self.ctx.abstract_params)
+        params = pool_params(pool, step, self.ctx.abstract_params)
       _, outcomes, _ = self.ctx.play_panel(params)
       if self.ctx.primary:
         atomic_write_json(cache, outcomes)
@@ -132,7 +133,7 @@ class AgenticOpd(Method):
   def initial_params(self):
     """The student's starting params: the chosen checkpoint of the GRPO run."""
     with CheckpointPool(Path(self.cfg.teacher_run) / "checkpoints", read_only=True) as pool:
-      return pool.restore_params(self.pool.student.step, self.ctx.abstract_params)
+      return pool_params(pool, self.pool.student.step, self.ctx.abstract_params)
 
   def signals(self, it: Iteration) -> Signals:
     t0 = time.perf_counter()

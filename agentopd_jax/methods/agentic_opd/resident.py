@@ -16,6 +16,7 @@ import time
 
 import jax
 
+from agentopd_jax.models.loading import pool_params
 from agentopd_jax.storage.checkpoints import CheckpointPool
 
 
@@ -63,7 +64,7 @@ class ResidentTeacher:
       return self._params
     start = time.perf_counter()
     self.release()
-    params = jax.block_until_ready(self._pool.restore_params(step, self._target))
+    params = jax.block_until_ready(pool_params(self._pool, step, self._target))
     self._params, self._step = params, step
     self.swaps += 1
     self.last_swap_s = time.perf_counter() - start

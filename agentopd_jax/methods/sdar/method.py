@@ -17,7 +17,7 @@ from agentopd_jax.methods.sdar.teacher import Teacher, episode_skills, signal_me
 from agentopd_jax.objectives.registry import get_objective
 from agentopd_jax.parallel import distributed
 from agentopd_jax.skills.context import SkillContext
-from agentopd_jax.storage.checkpoints import run_params
+from agentopd_jax.models.loading import run_params
 
 
 def skill_preset(c, method: str):
