@@ -244,3 +244,27 @@ def test_wandb_sink_without_the_package_warns_and_logs_nothing(tmp_path, monkeyp
     log.log(1, {"actor/pg_loss": 0.25})
   assert [json.loads(x)["actor/pg_loss"] for x in (tmp_path / METRICS_FILE).read_text().splitlines()] == [0.25]
   assert not (tmp_path / "wandb").exists()
+
+
+def test_validation_generations_go_to_their_file_and_a_wandb_table_and_resume_truncates_them(tmp_path, monkeypatch):
+  from agentopd_jax.storage.logs import GENERATIONS_FILE, WandbSink
+
+  monkeypatch.setenv("WANDB_MODE", "offline")
+  monkeypatch.setenv("WANDB_SILENT", "true")
+  episode = {"problem": "p1", "won": True, "reward": 10.0,
+             "steps": [{"prompt": "You are in a room.", "reply": "go to desk 1"},
+                       {"prompt": "You arrive at desk 1.", "reply": "take mug 1 from desk 1"}]}
+  with MetricsLogger(tmp_path, use_tensorboard=False, wandb=WandbSink(tmp_path, "p", "run")) as log:
+    log.log_generations(0, [episode])
+    log.log_generations(2, [dict(episode, problem="p2", won=False, reward=0.0, steps=episode["steps"][:1])])
+  rows = [json.loads(x) for x in (tmp_path / GENERATIONS_FILE).read_text().splitlines()]
+  assert rows[1] == {"step": 0, "episode": 0, "problem": "p1", "won": True, "reward": 10.0, "turn": 1,
+                     "prompt": "You arrive at desk 1.", "reply": "take mug 1 from desk 1"}
+  assert [(r["step"], r["problem"], r["turn"]) for r in rows] == [(0, "p1", 0), (0, "p1", 1), (2, "p2", 0)]
+  history, _ = _wandb_records(tmp_path)
+  tables = [r for r in history if r.get("val/generations/_type") == "table-file"]
+  assert [(r["iteration"], r["val/generations/nrows"], r["val/generations/ncols"]) for r in tables] == [(0, 2, 8),
+                                                                                                     (2, 1, 8)]
+  with MetricsLogger(tmp_path, use_tensorboard=False) as log:  # resumed from checkpoint 1: step 2 is redone
+    log.truncate_after(1, phases=("train", "val"))
+  assert [r["step"] for r in map(json.loads, (tmp_path / GENERATIONS_FILE).read_text().splitlines())] == [0, 0]

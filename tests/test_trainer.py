@@ -259,6 +259,10 @@ def test_gigpo_runs_with_its_two_level_advantage(tmp_path, games_root):
   # Each batch holds 2 complete groups of 4 (a sample per step); the next draw's episodes ran on past the first one.
   assert len(train) == 2 and all(r["batch/samples"] >= 8 for r in train)
   assert train[0]["rollout/refill_carried_episodes"] > 0 and train[0]["rollout/refill_stale_samples"] == 0
+  # The first 4 validation episodes of each validation, turn by turn (`logging.val_generations`).
+  generations = [json.loads(x) for x in open(os.path.join(workdir, "logs", "val_generations.jsonl"))]
+  assert {(g["step"], g["episode"]) for g in generations} == {(s, e) for s in (0, 2) for e in range(4)}
+  assert all(g["prompt"] and g["turn"] < 3 for g in generations)
   run_id = open(os.path.join(workdir, "logs", "wandb_run_id")).read()
   assert [d for d in os.listdir(os.path.join(workdir, "logs", "wandb")) if d.startswith("offline-run-")
           and d.endswith(run_id)]

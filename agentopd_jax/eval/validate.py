@@ -39,13 +39,14 @@ def outcomes_of(episodes: Sequence[EpisodeResult]) -> Dict[str, Tuple[int, int]]
 
 def episode_traces(rollout: Rollout) -> List[Dict]:
   """What each episode did, for reading a policy's failures: problem, outcome, the env's infos and, per step, the
-  reply and its validity (step layout; a whole-trajectory sample is one entry)."""
+  prompt (before the chat template), the reply and its validity (step layout; a whole-trajectory sample is one
+  entry)."""
   steps: Dict[int, List[Sample]] = {}
   for sample in rollout.samples:
     steps.setdefault(sample.traj_id, []).append(sample)
   return [{"problem": ep.problem_id, "won": ep.won, "reward": ep.reward, "length": ep.length, "info": ep.info,
            "error": ep.error,
-           "steps": [{"reply": s.response_text, "valid": s.action_valid}
+           "steps": [{"prompt": s.prompt_text, "reply": s.response_text, "valid": s.action_valid}
                      for s in sorted(steps.get(ep.traj_id, []), key=lambda s: s.step_index)]}
           for ep in rollout.episodes]
 

@@ -14,7 +14,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Callable, Self
 
@@ -23,6 +23,7 @@ import numpy as np
 logger = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
+GENERATIONS_FILE = "val_generations.jsonl"
 _RESERVED = ("step", "phase", "time")
 # Substrings of the keys that `plot_curves` draws by default; spread keys (`reward/max`, `.../min`) are left out.
 _PLOT_PATTERNS = ("success", "reward", "loss", "kl", "entropy", "clipfrac", "drift")
@@ -123,6 +124,17 @@ class MetricsLogger:
     if self.on_log is not None:
       self.on_log(step, metrics, phase)
 
+  def log_generations(self, step: int, episodes: Sequence[Mapping[str, Any]]) -> None:
+    """Validation episodes as rows of (step, episode, problem, won, reward, turn, prompt, reply): appended to
+    `val_generations.jsonl` and, with W&B, logged as the table "val/generations" (verl's log_val_generations)."""
+    rows = [{"step": int(step), "episode": i, "problem": ep["problem"], "won": bool(ep["won"]),
+             "reward": float(ep["reward"]), "turn": t, "prompt": turn["prompt"], "reply": turn["reply"]}
+            for i, ep in enumerate(episodes) for t, turn in enumerate(ep["steps"])]
+    with open(self.log_dir / GENERATIONS_FILE, "a", encoding="utf-8") as f:
+      f.writelines(json.dumps(row) + "\n" for row in rows)
+    if self.wandb is not None:
+      self.wandb.table("val/generations", int(step), rows)
+
   def flush(self) -> None:
     self._file.flush()
     for writer in self._writers.values():
@@ -142,6 +154,13 @@ class MetricsLogger:
     tmp = self.path.with_suffix(".jsonl.tmp")
     tmp.write_text("".join(kept), encoding="utf-8")
     os.replace(tmp, self.path)  # atomic: a crash here leaves the old or the new file, never half of one
+    generations = self.log_dir / GENERATIONS_FILE
+    if generations.exists() and (chosen is None or "val" in chosen):
+      _drop_torn_tail(generations)
+      rows = [line for line in generations.read_text(encoding="utf-8").splitlines(keepends=True) if line.strip()]
+      tmp = generations.with_suffix(".jsonl.tmp")
+      tmp.write_text("".join(r for r in rows if json.loads(r)["step"] <= step), encoding="utf-8")
+      os.replace(tmp, generations)
     self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
     folders = {self._tb_dir(p) for p in chosen} if chosen is not None else (
         {self.log_dir} | {self._tb_dir(p) for p in self.own_axis_phases})
@@ -210,6 +229,14 @@ class WandbSink:
       data[tag] = float(np.asarray(value).reshape(()))
     if data:
       self.run.log({axis: step, **data})
+
+  def table(self, key: str, step: int, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Rows (dicts with the same keys) as a W&B table `key` at iteration `step`."""
+    if self.run is None or not rows:
+      return
+    import wandb
+    columns = list(rows[0])
+    self.run.log({"iteration": step, key: wandb.Table(columns=columns, data=[[r[c] for c in columns] for r in rows])})
 
   def close(self) -> None:
     if self.run is not None:
@@ -331,6 +358,9 @@ class NullLogger:
 
   def log(self, step: int, metrics: Mapping[str, Any], phase: str = "train") -> None:
     del step, metrics, phase
+
+  def log_generations(self, step: int, episodes: Sequence[Mapping[str, Any]]) -> None:
+    del step, episodes
 
   def flush(self) -> None:
     pass

@@ -164,6 +164,9 @@ class LoggingConfig:
   wandb: bool = False                  # also log to Weights & Biases (the `wandb` extra; WANDB_MODE=offline works)
   wandb_project: str = "agentopd_jax"
   wandb_entity: str = ""               # "" -> the W&B default entity
+  val_generations: int = 4             # the first N episodes of each validation, prompt and reply per turn, to
+                                       # logs/val_generations.jsonl and W&B's "val/generations" table (verl's
+                                       # trainer.log_val_generations); 0: none
 
 
 @dataclasses.dataclass(frozen=True)

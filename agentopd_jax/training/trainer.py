@@ -96,27 +96,33 @@ class Trainer:
     p.pool.close()
 
   # ------------------------------------------------------------------------------------------------ validation
-  def play_panel(self, params, context_of: Optional[Callable] = None):
+  def play_panel(self, params, context_of: Optional[Callable] = None, traces: Optional[List[Dict]] = None):
     """(episode records, per-problem outcomes, stats) of the validation panel, each process playing its share and
-    the records gathered; `context_of(tasks, first_episode)`: the prompt context of the panel's episodes."""
+    the records gathered; `context_of(tasks, first_episode)`: the prompt context of the panel's episodes; `traces`
+    receives this process's episodes, turn by turn (`eval.validate.episode_traces`)."""
     p, attempts = self.parts, self.cfg.validation.attempts
     problems = p.panel[p.panel_share]
     first = p.panel_share.start * attempts
     context = context_of([q for q in problems for _ in range(attempts)], first) if context_of else None
     records, outcomes, stats = validate(p.val_engine, distributed.to_local(params, p.local_mesh), problems, attempts,
-                                        p.validation_key, p.sampling.validation, context=context,
+                                        p.validation_key, p.sampling.validation, traces=traces, context=context,
                                         first_problem=p.panel_share.start, group_of=p.group_of)
     return (*gather_episodes(records, outcomes), stats)
 
   def validate(self, params, iteration: int) -> Dict:
-    """The panel's metrics (`val/...`, plus what the methods add) and outcomes. At step 0 of a start that runs share
+    """The panel's metrics (`val/...`, plus what the methods add) and outcomes, and its first
+    `logging.val_generations` episodes turn by turn in the generations log. At step 0 of a start that runs share
     (`training.reuse`), the panel is played once per validation setting and seed and reused."""
     shared = self.shared_start if iteration == 0 else None
     key = reuse.validation_key(self.cfg) if shared is not None else None
     played = shared.validation(key) if shared is not None else None
     if played is None:
-      records, outcomes, stats = self.play_panel(params)
-      played = {"metrics": episode_metrics(records), "outcomes": outcomes, "stats": stats}
+      traces = []
+      records, outcomes, stats = self.play_panel(params, traces=traces)
+      played = {"metrics": episode_metrics(records), "outcomes": outcomes, "stats": stats,
+                "generations": [{"problem": t["problem"], "won": t["won"], "reward": t["reward"],
+                                 "steps": [{"prompt": s["prompt"], "reply": s["reply"]} for s in t["steps"]]}
+                                for t in traces[:self.cfg.logging.val_generations]]}
       if shared is not None:
         shared.store_validation(key, played)
     outcomes = {problem: tuple(o) for problem, o in played["outcomes"].items()}
@@ -125,6 +131,8 @@ class Trainer:
     for m in self.methods:
       metrics.update(m.validation_metrics(params, outcomes, iteration))
     self.parts.log.log(iteration, metrics, phase="val")
+    if self.cfg.logging.val_generations:
+      self.parts.log.log_generations(iteration, played.get("generations", [])[:self.cfg.logging.val_generations])
     return dict(metrics=metrics, outcomes=outcomes)
 
   def validate_and_checkpoint(self, state, iteration: int):
