@@ -221,17 +221,17 @@ def measure_grpo_iteration(c, iterations: int = 2) -> dict:
     for iteration in range(1, iterations + 1):
       state, m = trainer.iteration(state, iteration)
       metrics.append(m)
-      log(f"GRPO iteration {iteration}: {m['time/iteration_s']:.2f} s")
+      log(f"GRPO iteration {iteration}: {m['timing_s/step']:.2f} s")
   finally:
     trainer.close()
   last = metrics[-1]
-  split = {k.split("/")[1]: round(float(v), 3) for k, v in last.items() if k.startswith("time/")}
+  split = {k.split("/")[1]: round(float(v), 3) for k, v in last.items() if k.startswith("timing_s/")}
   return {"env": c.env.name, "tasks": c.grpo.tasks_per_iteration, "group": c.grpo.group_size,
           "max_steps": c.rollout.max_steps, "response_tokens": c.rollout.max_response_tokens,
-          "devices": int(run.mesh.size), "first_iteration_s_incl_compile": round(metrics[0]["time/iteration_s"], 3),
-          "iteration_s": split.pop("iteration_s"), "split_s": split,
+          "devices": int(run.mesh.size), "first_iteration_s_incl_compile": round(metrics[0]["timing_s/step"], 3),
+          "iteration_s": split.pop("step"), "split_s": split,
           "batch": {k.split("/")[1]: last[k] for k in ("batch/samples", "batch/tokens", "batch/rows", "batch/updates")},
-          "update_tokens_per_s": round(last["batch/tokens"] / last["time/update_s"], 1)}
+          "update_tokens_per_s": round(last["batch/tokens"] / last["timing_s/update_actor"], 1)}
 
 
 def measure_rollout(cfg, tasks: int, group: int, max_steps: int, delays_ms, repeats: int, seed: int = 0) -> dict:

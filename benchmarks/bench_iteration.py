@@ -32,8 +32,12 @@ from pathlib import Path
 
 from common import emit_json
 
+from agentopd_jax.storage.logs import renamed
+
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = ("env", "generate", "advantage", "teacher", "opid", "update", "iteration")
+TIMING = {"env": "timing_s/env", "generate": "timing_s/gen", "advantage": "timing_s/adv", "teacher": "timing_s/teacher",
+          "opid": "timing_s/opid", "update": "timing_s/update_actor", "iteration": "timing_s/step"}  # the logged keys
 DEFAULT_ARMS = "grpo:float32,grpo:bfloat16,sdar:bfloat16,rlsd:bfloat16,opsd:bfloat16,skill_sd:bfloat16," \
                "skill_grpo:bfloat16"
 
@@ -78,9 +82,9 @@ def run_arm(method: str, dtype: str, tree: Path, args, workdir: Path, cache_dir:
   wall = time.perf_counter() - t0
   if proc.returncode:
     raise SystemExit(f"{method}:{dtype} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
-  records = [json.loads(line) for line in (workdir / "logs" / "metrics.jsonl").read_text().splitlines()]
+  records = [renamed(json.loads(line)) for line in (workdir / "logs" / "metrics.jsonl").read_text().splitlines()]
   train = [r for r in records if r["phase"] == "train"]
-  part = lambda r, p: r.get(f"time/{p}_s", 0.0)  # noqa: E731
+  part = lambda r, p: r.get(TIMING[p], 0.0)  # noqa: E731
   later = train[1:]
   return {"wall_s": round(wall, 1), "first_iteration_s": round(part(train[0], "iteration"), 2),
           "later": {p: round(sum(part(r, p) for r in later) / len(later), 2) for p in PARTS},

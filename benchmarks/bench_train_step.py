@@ -53,7 +53,8 @@ from bench_foundation import bf16_roofline, code_version, interleaved_times, log
 from common import emit_json, machine_roofline
 
 TARGET_MFU = 0.40
-TIME_PARTS = ("env", "generate", "advantage", "update")
+TIME_PARTS = {"env": "timing_s/env", "generate": "timing_s/gen", "advantage": "timing_s/adv",
+              "update": "timing_s/update_actor"}  # the parts' logged keys
 
 
 def log(msg: str) -> None:
@@ -302,15 +303,15 @@ def iteration_split(run_dir: str) -> dict:
                        f"--run_dir"}
   by_step = {}
   for r in read_metrics(path / "logs"):
-    if r.get("phase") == "train" and r.get("time/iteration_s") is not None:
+    if r.get("phase") == "train" and r.get("timing_s/step") is not None:
       by_step[r["step"]] = r  # a resumed run may repeat a step: the last record wins
   records = [by_step[s] for s in sorted(by_step)]
   if not records:
-    return {"skipped": f"{metrics_file} has no train-phase records with time/iteration_s"}
+    return {"skipped": f"{metrics_file} has no train-phase records with timing_s/step"}
 
   def parts(rs) -> dict:
-    mean = {k: float(np.mean([r.get(f"time/{k}_s") or 0.0 for r in rs])) for k in TIME_PARTS}
-    total = float(np.mean([r["time/iteration_s"] for r in rs]))
+    mean = {k: float(np.mean([r.get(key) or 0.0 for r in rs])) for k, key in TIME_PARTS.items()}
+    total = float(np.mean([r["timing_s/step"] for r in rs]))
     mean["other"] = total - sum(mean.values())  # rollout bookkeeping outside env and generate, collation, logging
     return {"iteration_s": round(total, 3), **{f"{k}_s": round(v, 3) for k, v in mean.items()},
             "share": {k: round(v / total, 3) for k, v in mean.items()}}

@@ -26,6 +26,8 @@ from pathlib import Path
 
 from common import best_time, emit_json, machine_roofline
 
+from agentopd_jax.storage.logs import read_metrics
+
 
 def gemm_roof(model, dtype: str) -> dict:
   """GFLOP/s of [8192, D] x [D, N] for the model's projection widths N, in `dtype` (f32 out): the best shape and
@@ -63,7 +65,7 @@ def param_count(model) -> int:
 def run_roof(run: Path, machine: dict, gemm: dict) -> dict:
   config = json.loads((run / "config.json").read_text())
   model = _model(config)
-  records = [json.loads(line) for line in (run / "logs" / "metrics.jsonl").read_text().splitlines()]
+  records = read_metrics(run / "logs")  # under today's names, whatever code wrote them
   later = [r for r in records if r.get("phase") == "train"][1:]
   if not later:
     raise SystemExit(f"{run}: needs at least 2 training iterations in logs/metrics.jsonl")
@@ -92,13 +94,13 @@ def run_roof(run: Path, machine: dict, gemm: dict) -> dict:
     update_flops += forward_flops(model, tokens, (length + 1) / 2, tokens) + forward_flops(model, heads, 0, 0)
   update_s = update_flops / roof
   parts = {
-      "generate": {"measured_s": mean("time/generate_s"), "roof_s": prefill_s + decode_s,
+      "generate": {"measured_s": mean("timing_s/gen"), "roof_s": prefill_s + decode_s,
                    "roof_prefill_s": prefill_s, "roof_decode_s": decode_s,
                    "decode_streaming_bound": weights / bandwidth >= step_flops / roof},
-      "update": {"measured_s": mean("time/update_s"), "roof_s": update_s},
-      "env": {"measured_s": mean("time/env_s"), "roof_s": 0.0},
-      "other": {"measured_s": mean("time/iteration_s") - mean("time/generate_s") - mean("time/update_s")
-                - mean("time/env_s"), "roof_s": 0.0},
+      "update": {"measured_s": mean("timing_s/update_actor"), "roof_s": update_s},
+      "env": {"measured_s": mean("timing_s/env"), "roof_s": 0.0},
+      "other": {"measured_s": mean("timing_s/step") - mean("timing_s/gen") - mean("timing_s/update_actor")
+                - mean("timing_s/env"), "roof_s": 0.0},
   }
   for part in parts.values():
     part["gap_s"] = part["measured_s"] - part["roof_s"]
@@ -106,7 +108,7 @@ def run_roof(run: Path, machine: dict, gemm: dict) -> dict:
     for k in ("measured_s", "roof_s", "roof_prefill_s", "roof_decode_s", "gap_s"):
       if k in part:
         part[k] = round(part[k], 3)
-  iteration = mean("time/iteration_s")
+  iteration = mean("timing_s/step")
   roof_total = sum(p["roof_s"] for p in parts.values())
   return {"run": str(run), "dtype": dtype, "iterations": len(later),
           "work": {"samples": samples, "prefill_tokens": prefill, "generated_tokens": generated,

@@ -26,7 +26,7 @@ import sys
 
 from agentopd_jax.models.loading import pool_params
 from agentopd_jax.storage.checkpoints import CheckpointPool, path_str
-from agentopd_jax.storage.logs import untimed
+from agentopd_jax.storage.logs import renamed, untimed
 
 METRICS = os.path.join("logs", "metrics.jsonl")
 CHECKPOINTS = "checkpoints"
@@ -60,7 +60,7 @@ def read_records(run):
   out, seen = {}, {}
   for i, line in enumerate(lines):
     try:
-      record = json.loads(line)
+      record = renamed(json.loads(line))
     except json.JSONDecodeError:
       if i != len(lines) - 1:
         raise

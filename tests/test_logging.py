@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from agentopd_jax.storage.logs import (METRICS_FILE, LiveReport, MetricsLogger, headline, plot_curves, progress,
-                                          read_metrics)
+                                          read_metrics, untimed)
 
 
 def _read_events(path):
@@ -142,12 +142,12 @@ def test_progress_respects_env(monkeypatch):
 
 def test_headline_picks_the_figures_that_matter():
   assert headline({"sft/loss": 1.23456, "sft/grad_norm": 3.0}, "sft") == "loss 1.235"
-  train = {"episode/success_rate": 0.125, "episode/reward/mean": 1.25, "actor/ppo_kl": 0.00123, "time/iteration_s": 91.7,
+  train = {"episode/success_rate": 0.125, "episode/reward/mean": 1.25, "actor/ppo_kl": 0.00123, "timing_s/step": 91.7,
            "actor/entropy": 2.0}
   assert headline(train, "train") == "success 12.5% reward 1.25 ppo_kl 0.00123 92s/it"
   assert headline({**train, "actor/kl": 0.02}, "train") == "success 12.5% reward 1.25 kl 0.02 92s/it"  # the ref KL
   val = {"val/success_rate": 0.2, "val/pick_and_place_success_rate": 0.1, "val/look_at_obj_in_light_success_rate": 0.4,
-         "val/time_s": 60.0}
+         "timing_s/testing": 60.0}
   assert headline(val, "val") == "success 20.0% (pick_and_place 10.0%, look_at_obj_in_light 40.0%)"
   shop = {"val/success_rate": 0.01, "val/webshop_task_score (not success_rate)": 0.346}
   assert headline(shop, "val") == "success 1.0% score 0.346"
@@ -162,7 +162,7 @@ def test_live_report_logs_lines_without_a_terminal_and_fills_the_postfix_on_one(
     for step in live.watch(progress(range(1, 21), "sft")):
       log.log(step, {"sft/loss": 1.0 / step}, phase="sft")
     live.watch(None)
-    log.log(1, {"episode/success_rate": 0.5, "time/iteration_s": 10.0}, phase="train")
+    log.log(1, {"episode/success_rate": 0.5, "timing_s/step": 10.0}, phase="train")
     log.log(1, {"val/success_rate": 0.25}, phase="val")
   assert [r.getMessage() for r in caplog.records] == [
       "sft 1: loss 1.000", "sft 10: loss 0.100", "sft 20: loss 0.050", "train 1: success 50.0% 10s/it",
@@ -268,3 +268,16 @@ def test_validation_generations_go_to_their_file_and_a_wandb_table_and_resume_tr
   with MetricsLogger(tmp_path, use_tensorboard=False) as log:  # resumed from checkpoint 1: step 2 is redone
     log.truncate_after(1, phases=("train", "val"))
   assert [r["step"] for r in map(json.loads, (tmp_path / GENERATIONS_FILE).read_text().splitlines())] == [0, 0]
+
+
+def test_records_written_before_verls_timing_names_read_under_them(tmp_path):
+  """`time/*_s` of older records (those in results/) read as verl's `timing_s/*`; every other key as written."""
+  old = {"step": 3, "phase": "train", "time": 1.0, "time/generate_s": 4.0, "time/update_s": 9.0,
+         "time/iteration_s": 14.0, "time/env_s": 0.5, "time/advantage_s": 0.1, "actor/pg_loss": 0.2}
+  (tmp_path / METRICS_FILE).write_text(json.dumps(old) + "\n" + json.dumps({"step": 3, "phase": "val",
+                                                                             "val/time_s": 6.0}) + "\n")
+  train, val = read_metrics(tmp_path)
+  assert train == {"step": 3, "phase": "train", "time": 1.0, "timing_s/gen": 4.0, "timing_s/update_actor": 9.0,
+                   "timing_s/step": 14.0, "timing_s/env": 0.5, "timing_s/adv": 0.1, "actor/pg_loss": 0.2}
+  assert val == {"step": 3, "phase": "val", "timing_s/testing": 6.0}
+  assert untimed(train) == {"step": 3, "phase": "train", "actor/pg_loss": 0.2}

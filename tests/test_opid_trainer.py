@@ -86,7 +86,7 @@ def test_every_trajectory_is_analysed_and_its_steps_routed(opid_run):
   for line in lines:
     for key in ("opid/analysed_fraction", "opid/route_episode", "opid/route_step", "opid/delta_episode_mean",
                 "opid/delta_step_std", "opid/parse_failures", "opid/api_failures", "opid/analyzer_latency_s",
-                "time/opid_s"):
+                "timing_s/opid"):
       assert key in line, key
     # The oracle replays every trajectory; step_priority puts each step on exactly one route.
     assert line["opid/analysed_fraction"] == 1.0 and line["opid/api_failures"] == 0

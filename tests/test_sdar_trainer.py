@@ -64,7 +64,7 @@ def test_teacher_is_scored_once_per_sample_per_iteration(sdar_run):
   for r in lines:
     for key in ("actor/sdar/gate_mean", "actor/sdar/gate_active_ratio", "actor/sdar/teacher_gap_mean",
                 "teacher/gap_mean", "teacher/gap_std", "teacher/gap_turn0", "teacher/kl_turn0",
-                "teacher/gate_turn0", "time/teacher_s"):
+                "teacher/gate_turn0", "timing_s/teacher"):
       assert key in r, key
     # Every teacher prompt read the general skills and one task skill (UCB's arm).
     hits = {k: v for k, v in r.items() if k.startswith("skills/hits/")}

@@ -18,6 +18,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from agentopd_jax.eval.compare import holm, paired, paired_ci
+from agentopd_jax.storage.logs import renamed
 
 
 @dataclasses.dataclass
@@ -53,7 +54,7 @@ def eval_groups(report: dict) -> Dict[str, float]:
 
 
 def load_record(folder: Path) -> Record:
-  lines = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+  lines = [renamed(json.loads(line)) for line in (folder / "metrics.jsonl").read_text().splitlines()]
   val = {r["step"]: r for r in lines if r.get("phase") == "val"}
   reports = {p.stem[len("eval_"):]: json.loads(p.read_text()) for p in sorted(folder.glob("eval_*.json"))}
   return Record(val={s: 100.0 * r["val/success_rate"] for s, r in val.items()},

@@ -23,6 +23,12 @@ import numpy as np
 logger = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
+# verl's timing names (`timing_s/*`) for what the records written before them call `time/*_s`: `renamed` reads an old
+# record under today's names, so every reader (tables, compare, the notebooks) takes old and new records alike.
+LEGACY_NAMES = {"time/env_s": "timing_s/env", "time/generate_s": "timing_s/gen", "time/advantage_s": "timing_s/adv",
+                "time/update_s": "timing_s/update_actor", "time/iteration_s": "timing_s/step",
+                "time/recompute_old_s": "timing_s/old_log_prob", "val/time_s": "timing_s/testing",
+                "time/teacher_s": "timing_s/teacher", "time/opid_s": "timing_s/opid", "time/lad_s": "timing_s/lad"}
 GENERATIONS_FILE = "val_generations.jsonl"
 _RESERVED = ("step", "phase", "time")
 # Substrings of the keys that `plot_curves` draws by default; spread keys (`reward/max`, `.../min`) are left out.
@@ -244,21 +250,27 @@ class WandbSink:
       self.run = None
 
 
+def renamed(record: Mapping[str, Any]) -> dict:
+  """`record` with its keys under today's names (`LEGACY_NAMES`)."""
+  return {LEGACY_NAMES.get(k, k): v for k, v in record.items()}
+
+
 def untimed(record: Mapping[str, Any]) -> dict:
   """A metrics record without what differs between two runs that compute the same thing: wall times (`time*`,
-  `*_s`) and compilation counts (`compile/*`, which depend on what the compilation cache already held)."""
+  `timing_s/*`, `*_s`) and compilation counts (`compile/*`, which depend on what the compilation cache already
+  held)."""
   return {k: v for k, v in record.items()
-          if not (k.startswith("time") or k.endswith("_s") or k.startswith("compile/"))}
+          if not (k.startswith(("time", "timing_s/", "compile/")) or k.endswith("_s"))}
 
 
 def read_metrics(log_dir: str | os.PathLike) -> list[dict]:
-  """The records of `log_dir/metrics.jsonl` in file order (null for non-finite values). A half-written last line
-  (crash while writing) is skipped; a bad line elsewhere is an error."""
+  """The records of `log_dir/metrics.jsonl` in file order (null for non-finite values), under today's names
+  (`renamed`). A half-written last line (crash while writing) is skipped; a bad line elsewhere is an error."""
   lines = [line for line in (Path(log_dir) / METRICS_FILE).read_text(encoding="utf-8").splitlines() if line.strip()]
   records = []
   for i, line in enumerate(lines):
     try:
-      records.append(json.loads(line))
+      records.append(renamed(json.loads(line)))
     except json.JSONDecodeError:
       if i != len(lines) - 1:
         raise
@@ -347,7 +359,7 @@ def headline(metrics: Mapping[str, Any], phase: str) -> str:
   else:
     for key, label, fmt in (("episode/success_rate", "success", "{:.1%}"), ("episode/reward/mean", "reward", "{:.2f}"),
                             ("actor/kl", "kl", "{:.3g}"), ("actor/ppo_kl", "ppo_kl", "{:.3g}"),
-                            ("time/iteration_s", "", "{:.0f}s/it")):
+                            ("timing_s/step", "", "{:.0f}s/it")):
       if get(key) is not None and not (key == "actor/ppo_kl" and get("actor/kl") is not None):
         parts.append(((label + " ") if label else "") + fmt.format(get(key)))
   return " ".join(parts)

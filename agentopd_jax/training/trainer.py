@@ -127,7 +127,10 @@ class Trainer:
         shared.store_validation(key, played)
     outcomes = {problem: tuple(o) for problem, o in played["outcomes"].items()}
     metrics = {f"val/{k}": v for k, v in played["metrics"].items()}
-    metrics["val/time_s"] = played["stats"]["env_s"] + played["stats"]["generate_s"]
+    metrics["timing_s/testing"] = played["stats"]["env_s"] + played["stats"]["generate_s"]
+    if "reward/mean" in played["metrics"]:  # verl's core validation score
+      metrics[f"val-core/{self.cfg.env.name}/reward/mean@{self.cfg.validation.attempts}"] = \
+          played["metrics"]["reward/mean"]
     for m in self.methods:
       metrics.update(m.validation_metrics(params, outcomes, iteration))
     self.parts.log.log(iteration, metrics, phase="val")
@@ -284,7 +287,7 @@ class Trainer:
     if cfg.rollout.recompute_old_logprobs and trained:
       t_old = time.perf_counter()
       trained, drift = recompute_behaviour(p.model, it.params, trained, **self.ctx.scoring)
-      metrics.update(drift, **{"time/recompute_old_s": time.perf_counter() - t_old})
+      metrics.update(drift, **{"timing_s/old_log_prob": time.perf_counter() - t_old})
     is_weights = None
     if cfg.rollout_correction.enabled or cfg.rollout.recompute_old_logprobs:
       # π_old against the sampler's π_rollout: measured whenever they can differ, corrected where configured.
@@ -335,8 +338,8 @@ class Trainer:
       if "logprob_drift" in updates[0]:  # objectives with a PPO ratio report it
         # On the first mini-batch the policy still equals the sampler's, so this is the sampler<->trainer drift.
         metrics["rollout/logprob_drift"] = updates[0]["logprob_drift"]
-    metrics.update({"time/env_s": it.rollout.stats["env_s"], "time/generate_s": it.rollout.stats["generate_s"],
-                    "time/advantage_s": t2 - t1, "time/update_s": t3 - t2, "time/iteration_s": t3 - t0,
+    metrics.update({"timing_s/env": it.rollout.stats["env_s"], "timing_s/gen": it.rollout.stats["generate_s"],
+                    "timing_s/adv": t2 - t1, "timing_s/update_actor": t3 - t2, "timing_s/step": t3 - t0,
                     "batch/width": minibatches[0].tokens.shape[-1] if minibatches else 0,
                     "batch/updates": len(updates)})
     metrics.update({f"compile/{part}_s": b["compile_s"] - a["compile_s"]

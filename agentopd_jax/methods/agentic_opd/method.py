@@ -141,7 +141,7 @@ class AgenticOpd(Method):
     count, routed_samples = np.sum(distributed.allgather([len(it.samples), float(routed.sum())]), axis=0)
     return Signals(distill_weights=routed.tolist(), metrics={
         "opd/routed_samples": float(routed_samples), "opd/routed_fraction": float(routed_samples / max(count, 1)),
-        "opd/teacher_step": float(self.teacher.step), "time/lad_s": time.perf_counter() - t0})
+        "opd/teacher_step": float(self.teacher.step), "timing_s/lad": time.perf_counter() - t0})
 
   def routing(self, it: Iteration) -> np.ndarray:
     """[N] 0/1 LAD routing of the student's step samples (all ones with `agentic_opd.lad="off"`)."""

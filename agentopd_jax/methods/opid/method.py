@@ -60,7 +60,7 @@ class Opid(Method):
     t0 = time.perf_counter()
     advantages, metrics = self.hindsight.advantages(it.params, it.samples, it.advantages, analysis,
                                                     **self.ctx.scoring)
-    metrics["time/opid_s"] = time.perf_counter() - t0
+    metrics["timing_s/opid"] = time.perf_counter() - t0
     return Signals(advantages=advantages, metrics=metrics)
 
   def close(self) -> None:

@@ -73,7 +73,7 @@ class Sdar(Method):
                                           **self.ctx.scoring)
                      if trained else ([], []))
     metrics = signal_metrics(trained, signals, self.sdar_cfg.gate_beta)
-    metrics["time/teacher_s"] = time.perf_counter() - t0
+    metrics["timing_s/teacher"] = time.perf_counter() - t0
     if self.skills is not None:
       self.skills.update(episode_skills(trained, used), it.first_episode)
       metrics.update({f"skills/hits/{name}": n for name, n in self.skills.take_hits().items()})
