@@ -11,14 +11,15 @@ import pytest
 import torch
 
 from agentopd_jax.batching.collate import TrainBatch
+from agentopd_jax.batching.samples import Sample
 from agentopd_jax.models import config as model_config, hf_io, lora, transformer
 from agentopd_jax.models.loading import pool_params, run_params
 from agentopd_jax.models.lora import LoraConfig
 from agentopd_jax.objectives.registry import LossCore, LossParams
 from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.storage.checkpoints import CheckpointPool
-from agentopd_jax.training.train_step import (OptimConfig, init_state, make_optimizer, make_train_step, policy_params,
-                                              split_minibatches)
+from agentopd_jax.training.train_step import (OptimConfig, init_state, make_minibatches, make_optimizer,
+                                              make_train_step, policy_params, split_minibatches)
 
 TOL = 1e-4
 
@@ -248,3 +249,42 @@ def test_a_pool_of_adapters_gives_each_steps_merged_weights(tmp_path):
       pool_params(pool, 4, abstract)
   ran, number = run_params(tmp_path / "run", "3", abstract)
   assert number == 3 and jax.tree.structure(ran) == jax.tree.structure(got)
+
+
+def test_a_lora_step_over_shared_prompt_heads_trains_like_whole_rows():
+  """Heads forwarded once per mini-batch as a cache of base + adapters: the gradient reaches the adapters through
+  the heads' keys and values too, so the loss and the updated adapters are those of whole packed rows."""
+  rng = np.random.default_rng(0)
+  samples, advantages = [], []
+  for task in range(3):
+    head = rng.integers(3, TINY.vocab_size, int(rng.integers(70, 100))).tolist()
+    for j in range(6):
+      prompt = head + rng.integers(3, TINY.vocab_size, int(rng.integers(5, 30))).tolist()
+      r = int(rng.integers(2, 12))
+      samples.append(Sample(prompt_ids=prompt, completion_ids=rng.integers(3, TINY.vocab_size, r).tolist(),
+                            completion_mask=[1] * r, behaviour_logprobs=[-np.log(TINY.vocab_size)] * r,
+                            group_id=task, problem_id=str(task), traj_id=6 * task + j, step_index=0,
+                            action_valid=1.0))
+      advantages.append(1.0 if j % 2 else -1.0)
+
+  def train(minibatches):
+    optimizer = make_optimizer(OptimConfig(learning_rate=1e-3))
+    params = transformer.init_params(TINY, jax.random.key(0))
+    cfg = LoraConfig(rank=4, alpha=8.0)
+    adapters = _random_adapters(params, cfg)  # b != 0: the heads' keys and values depend on the adapters
+    state = init_state(adapters, optimizer, None, base_params=params)
+    step = make_train_step(TINY, KL_LOSS, optimizer, with_reference=True, lora=cfg)
+    losses = []
+    for mb in minibatches:
+      state, m = step(state, mb)
+      losses.append(float(m["loss"]))
+    return state.params, losses
+
+  whole = make_minibatches(samples, advantages, 9, 3, pack_width=128)
+  shared = make_minibatches(samples, advantages, 9, 3, pack_width=128, share_prefixes=True)
+  assert all(mb.prefix_tokens is not None for mb in shared)
+  want_adapters, want = train(whole)
+  got_adapters, got = train(shared)
+  np.testing.assert_allclose(got, want, rtol=2e-5)
+  for a, b in zip(jax.tree.leaves(want_adapters), jax.tree.leaves(got_adapters)):
+    np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-5, rtol=1e-5)
