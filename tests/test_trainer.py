@@ -234,6 +234,19 @@ def test_hf_folder_and_trajectory_layout_with_lora(tmp_path, games_root):
                                                  "targets": ["q", "k", "v", "o", "gate", "up", "down"]}
   train = [r for r in read_metrics(os.path.join(workdir, "logs")) if r["phase"] == "train"]
   assert train[1]["actor/kl"] > 0.0  # the adapters moved the policy off the base
+  # Step 2's adapters exported for PEFT: PEFT on the HF base gives our merged checkpoint's logits.
+  peft = pytest.importorskip("peft")
+  export = [sys.executable, os.path.join(ROOT, "experiments", "export.py"), cmd[2], "--step=2",
+            f"--out={tmp_path / 'adapter'}", "--peft"] + [f for f in cmd[3:] if f.startswith("--config.")]
+  _finish(subprocess.Popen(export, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+  config = model_config.ModelConfig.from_hf_dir(str(folder))
+  tokens = np.random.RandomState(0).randint(0, config.vocab_size, (2, 16))
+  merged = _params(workdir, 2, merged=True)
+  hidden, _ = transformer.forward(config, merged, tokens)
+  ours = np.asarray(transformer.logits_from_hidden(config, merged, hidden))
+  with torch.no_grad():
+    theirs = peft.PeftModel.from_pretrained(model, str(tmp_path / "adapter"))(torch.tensor(tokens)).logits.numpy()
+  np.testing.assert_allclose(theirs, ours, atol=1e-4)
   assert train[0]["batch/samples"] == 8  # one sample per episode: 2 tasks x group 4
   assert abs(train[0]["rollout/logprob_drift"]) < 1e-4 and train[0]["actor/kl"] >= 0.0
   # An f32 sampler against the f32 trainer: no mismatch, weights 1, nothing rejected.
