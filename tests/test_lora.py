@@ -288,3 +288,20 @@ def test_a_lora_step_over_shared_prompt_heads_trains_like_whole_rows():
   np.testing.assert_allclose(got, want, rtol=2e-5)
   for a, b in zip(jax.tree.leaves(want_adapters), jax.tree.leaves(got_adapters)):
     np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-5, rtol=1e-5)
+
+
+def test_a_pool_of_adapters_restores_onto_a_mesh(tmp_path):
+  """The base sharded over 8 devices: the adapters come back replicated over the same devices, and the merged
+  weights on the base's shardings."""
+  params, cfg, state, _ = _lora_steps(steps=1)
+  with CheckpointPool(tmp_path / "checkpoints") as pool:
+    pool.save_base(params)
+    pool.save(1, {"adapters": state.params, "step": state.step}, metrics={}, outcomes=None, config={},
+              extra={"lora": dataclasses.asdict(cfg)})
+    mesh = make_mesh((2, 4, 1))
+    abstract = transformer.sharded_abstract_params(TINY, mesh)
+    got = pool_params(pool, 1, abstract)
+  for x, y, a in zip(jax.tree.leaves(lora.merge(params, state.params, cfg)), jax.tree.leaves(got),
+                     jax.tree.leaves(abstract)):
+    np.testing.assert_allclose(np.asarray(y), np.asarray(x), rtol=1e-6, atol=1e-7)
+    assert y.sharding == a.sharding

@@ -247,6 +247,12 @@ def test_hf_folder_and_trajectory_layout_with_lora(tmp_path, games_root):
   with torch.no_grad():
     theirs = peft.PeftModel.from_pretrained(model, str(tmp_path / "adapter"))(torch.tensor(tokens)).logits.numpy()
   np.testing.assert_allclose(theirs, ours, atol=1e-4)
+  # The merged policy of step 2 as a transformers folder.
+  as_model = [x for x in export if x != "--peft" and not x.startswith("--out=")] + [f"--out={tmp_path / 'policy'}"]
+  _finish(subprocess.Popen(as_model, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+  with torch.no_grad():
+    exported = tf.AutoModelForCausalLM.from_pretrained(tmp_path / "policy")(torch.tensor(tokens)).logits.numpy()
+  np.testing.assert_allclose(exported, ours, atol=1e-4)
   assert train[0]["batch/samples"] == 8  # one sample per episode: 2 tasks x group 4
   assert abs(train[0]["rollout/logprob_drift"]) < 1e-4 and train[0]["actor/kl"] >= 0.0
   # An f32 sampler against the f32 trainer: no mismatch, weights 1, nothing rejected.

@@ -9,6 +9,7 @@ import os
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 import jax
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from agentopd_jax.models import hf_io, lora, transformer
 from agentopd_jax.models.config import _DTYPES, ATTENTION_IMPLS, preset
@@ -123,9 +124,15 @@ def pool_params(pool: CheckpointPool, step: int, abstract_params):
   if not record:
     raise ValueError(f"step {step} in {pool.directory} holds adapters but no 'lora' record in its extra")
   cfg = lora.LoraConfig(**{**record, "targets": tuple(record["targets"])})
-  adapters = pool.restore_params(step, lora.abstract_adapters(abstract_params, cfg), key="adapters")
+  placed = [a.sharding for a in jax.tree.leaves(abstract_params) if getattr(a, "sharding", None) is not None]
+  abstract = lora.abstract_adapters(abstract_params, cfg)
+  mesh = next((s.mesh for s in placed if isinstance(s, NamedSharding)), None)
+  if mesh is not None:  # the adapters replicated over the base's devices, where the merge runs
+    abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=NamedSharding(mesh, P())),
+                            abstract)
+  adapters = pool.restore_params(step, abstract, key="adapters")
   merged = lora.merge(pool.restore_base(abstract_params), adapters, cfg)
-  if all(getattr(a, "sharding", None) is not None for a in jax.tree.leaves(abstract_params)):
+  if len(placed) == len(jax.tree.leaves(abstract_params)):
     merged = jax.device_put(merged, jax.tree.map(lambda a: a.sharding, abstract_params))
   return merged
 
