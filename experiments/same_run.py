@@ -6,8 +6,8 @@
 
 Per run it compares
   1. every record of `logs/metrics.jsonl`, matched by (phase, step, occurrence), without the timing keys (those that
-     start with `time` or end with `_s`, and the compilation counts `compile/*`: `storage.logs.untimed`), printing
-     the differing
+     start with `time` or `timing_s/` or end with `_s`, and the compilation counts `compile/*`:
+     `storage.logs.untimed`), printing the differing
      (phase, step, key, A's value, B's value);
   2. a SHA-256 over the param leaves (`state["params"]`) of every checkpoint `checkpoints/<step>` present in both,
      the final one printed: leaves in tree-flatten order, each hashed as its path, dtype, shape and little-endian

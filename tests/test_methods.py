@@ -110,12 +110,17 @@ def test_validation_metrics_read_the_validations_outcomes_into_its_record():
 
   trainer = Trainer.__new__(Trainer)  # only what `validate` reads: no model, no engines
   trainer.parts, trainer.methods, trainer.shared_start = types.SimpleNamespace(log=NullLogger()), (_Report(),), None
+  trainer.cfg = types.SimpleNamespace(logging=types.SimpleNamespace(val_generations=0),
+                                      env=types.SimpleNamespace(name="alfworld"),
+                                      validation=types.SimpleNamespace(attempts=2))
   records = [EpisodeRecord("a", None, True, 1.0, 1, 1), EpisodeRecord("b", None, False, 0.0, 1, 1),
              EpisodeRecord("b", None, True, 1.0, 1, 1)]
-  trainer.play_panel = lambda params: (records, {"a": [1, 1], "b": [1, 2]}, {"env_s": 0.5, "generate_s": 0.25})
+  trainer.play_panel = lambda params, traces=None: (records, {"a": [1, 1], "b": [1, 2]},
+                                                   {"env_s": 0.5, "generate_s": 0.25})
   val = trainer.validate(None, 3)
   assert val["outcomes"] == {"a": (1, 1), "b": (1, 2)}
   assert val["metrics"]["val/success_rate"] == 2 / 3
+  assert val["metrics"]["val-core/alfworld/reward/mean@2"] == 2 / 3  # verl's core score: the mean episode reward
   assert (val["metrics"]["val_report/success_rate"], val["metrics"]["val_report/step"]) == (0.5, 3.0)
 
 

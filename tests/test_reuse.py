@@ -46,9 +46,9 @@ def runs(tmp_path_factory, alfworld_games_root):
   played = []
   play = trainer.Trainer.play_panel
 
-  def counting(self, params, context_of=None):
+  def counting(self, params, context_of=None, traces=None):
     played.append(self.cfg.workdir)
-    return play(self, params, context_of)
+    return play(self, params, context_of, traces)
 
   monkey.setattr(trainer.Trainer, "play_panel", counting)
   try:

@@ -73,6 +73,22 @@ def test_every_preset_converts(name):
     assert cfg.env.name == ENV_CONFIGS[name] and type(cfg.env) is registry.get(cfg.env.name).config
 
 
+@pytest.mark.parametrize("name", sorted(ENV_CONFIGS))
+def test_lora_variants_follow_verl_agents_script_on_a_paper_model_and_its_ratio_on_cpu(name):
+  """`<variant>_lora`: verl-agent's run_alfworld_lora.sh (Qwen2.5-7B, rank 64, alpha 64, lr 3e-6) on a bf16 base;
+  `lora` on the CPU default: alpha = rank = 16 and three times its full fine-tuning rate."""
+  paper = from_config_dict(_config(name, "qwen2p5_7b_lora"))
+  assert (paper.model.preset, paper.lora.rank, paper.lora.alpha, paper.optim.learning_rate) == (
+      "qwen2.5-7b", 64, 64.0, 3e-6)
+  assert paper.model.param_dtype == "bfloat16" and paper.lora.targets == ("q", "k", "v", "o", "gate", "up", "down")
+  cpu, full = from_config_dict(_config(name, "lora")), from_config_dict(_config(name))
+  assert (cpu.lora.rank, cpu.lora.alpha) == (16, 16.0)
+  assert cpu.optim.learning_rate == pytest.approx(3 * full.optim.learning_rate, rel=1e-12)
+  method = from_config_dict(_config(name, "sdar_qwen2p5_3b_lora"))
+  assert (method.method, method.model.preset, method.lora.rank) == ("sdar", "qwen2.5-3b", 64)
+  assert full.lora.rank == 0 and cpu.workdir == full.workdir + "_lora"
+
+
 def _apply(c, dotted, value):
   *sections, field = dotted.split(".")
   node = c
