@@ -117,12 +117,12 @@ class Trainer:
     key = reuse.validation_key(self.cfg) if shared is not None else None
     played = shared.validation(key) if shared is not None else None
     if played is None:
-      traces = []
+      traces = [] if self.cfg.logging.val_generations else None  # no turn-by-turn copy of the panel unless logged
       records, outcomes, stats = self.play_panel(params, traces=traces)
       played = {"metrics": episode_metrics(records), "outcomes": outcomes, "stats": stats,
                 "generations": [{"problem": t["problem"], "won": t["won"], "reward": t["reward"],
                                  "steps": [{"prompt": s["prompt"], "reply": s["reply"]} for s in t["steps"]]}
-                                for t in traces[:self.cfg.logging.val_generations]]}
+                                for t in (traces or [])[:self.cfg.logging.val_generations]]}
       if shared is not None:
         shared.store_validation(key, played)
     outcomes = {problem: tuple(o) for problem, o in played["outcomes"].items()}
