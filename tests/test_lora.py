@@ -237,6 +237,10 @@ def test_a_pool_of_adapters_gives_each_steps_merged_weights(tmp_path):
     pool.save(3, {"adapters": state.params, "opt_state": state.opt_state, "step": state.step}, metrics={},
               outcomes=None, config={}, extra=record)
     pool.save(4, {"adapters": state.params, "step": state.step}, metrics={}, outcomes=None, config={}, extra={})
+    # The base lies beside the pool: orbax's manager deletes unfinished folders inside its directory from a
+    # background thread when it opens, which took a base being written there at that moment.
+    assert sorted(os.listdir(pool.directory)) == ["3", "4", "checksums.json"]
+    assert os.path.isdir(f"{pool.directory}.base")
     abstract = transformer.abstract_params(TINY)
     got = pool_params(pool, 3, abstract)
     for x, y in zip(jax.tree.leaves(lora.merge(params, state.params, cfg)), jax.tree.leaves(got)):

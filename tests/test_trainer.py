@@ -77,7 +77,7 @@ def _saved_shapes(pool):
   """The base's arrays as the pool saved them (no model config needed)."""
   import orbax.checkpoint as ocp
   from etils import epath
-  meta = ocp.PyTreeCheckpointHandler().metadata(epath.Path(os.path.join(pool.directory, "base")))
+  meta = ocp.PyTreeCheckpointHandler().metadata(epath.Path(f"{pool.directory}.base"))
   return jax.tree.map(lambda m: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype), getattr(meta, "tree", meta))
 
 

@@ -233,8 +233,10 @@ class CheckpointPool:
 
   def save_base(self, params) -> None:
     """Writes the frozen base of a run whose checkpoints hold only what it trains (LoRA adapters) once, in
-    `<pool>/base`, so that the pool alone gives every step's full weights (`models.loading.pool_params`). Orbax
-    renames the folder into place only once it is whole; a base already there is kept (a resumed run)."""
+    `<pool>.base/` beside the pool, so that the pool alone gives every step's full weights
+    (`models.loading.pool_params`). Orbax renames the folder into place only once it is whole; a base already there
+    is kept (a resumed run). Beside, not inside: the checkpoint manager deletes unfinished folders inside the pool
+    from a background thread when it opens, which would take a base being written at that moment."""
     if self.read_only:
       raise PermissionError(f"CheckpointPool at {self.directory} was opened read_only")
     if not self.has_base():
@@ -422,7 +424,7 @@ class CheckpointPool:
                        f"{shapes.get(k, 'nothing')}, asked for {wanted.get(k, 'nothing')}")
 
   def _base_dir(self) -> str:
-    return os.path.join(self.directory, "base")
+    return f"{self.directory}.base"
 
   def _step_dir(self, step: int) -> str:
     return os.path.join(self.directory, str(step))
