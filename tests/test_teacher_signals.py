@@ -35,11 +35,20 @@ def _samples(n=5, seed=0):
   return out
 
 
+@jax.jit
+def _logits(params, tokens, segments):
+  hidden, _ = transformer.forward(CONFIG, params, tokens, None, segments)
+  return transformer.logits_from_hidden(CONFIG, params, hidden)[0]
+
+
 def _direct(params, sample, temperature=1.0):
-  """Full-softmax log-probs of the completion tokens and the full distributions that predict them."""
-  tokens = jnp.asarray([sample.prompt_ids + sample.completion_ids])
-  hidden, _ = transformer.forward(CONFIG, params, tokens, None, jnp.ones_like(tokens))
-  logp = jax.nn.log_softmax(transformer.logits_from_hidden(CONFIG, params, hidden)[0] / temperature, axis=-1)
+  """Full-softmax log-probs of the completion tokens and the full distributions that predict them. One compiled
+  forward for every sample: the sequence is padded to 256 tokens (segment 0), which no earlier position sees."""
+  ids = sample.prompt_ids + sample.completion_ids
+  tokens, segments = np.zeros((2, 1, 256), np.int32)
+  tokens[0, :len(ids)], segments[0, :len(ids)] = ids, 1
+  logits = _logits(params, tokens, segments)
+  logp = jax.nn.log_softmax(logits[:len(ids)] / temperature, axis=-1)
   n = len(sample.prompt_ids)
   dists = np.asarray(logp[n - 1:sample.length - 1])
   token_lp = np.take_along_axis(dists, np.asarray(sample.completion_ids)[:, None], axis=-1)[:, 0]
