@@ -184,7 +184,7 @@ def _cli(script, name, workdir, *extra, variant=""):
   overrides = {
       "workdir": workdir, "env.num_workers": 1, "sft.steps": 2, "sft.demos": 6, "sft.batch_size": 8,
       "sft.micro_batch_size": 8, "grpo.iterations": 1, "grpo.tasks_per_iteration": 2, "grpo.group_size": 2,
-      "grpo.mini_batch_size": 16, "grpo.micro_batch_size": 8, "rollout.max_steps": 8,
+      "grpo.mini_batch_size": 16, "grpo.micro_batch_size": 8, "rollout.max_steps": 4,
       "rollout.max_response_tokens": 8, "validation.num_tasks": 4, "validation.attempts": 1,
       "validation.every": 1, "logging.plot": False,
   }

@@ -180,15 +180,15 @@ def test_run_killed_anywhere_resumes_to_the_uninterrupted_run(tmp_path, games_ro
 
 def test_sdar_with_opid_killed_anywhere_resumes_to_the_uninterrupted_run(tmp_path, games_root, uninterrupted):
   """SDAR's self-teacher with UCB-retrieved skills plus OPID's skill-shift advantage, warm-started from the GRPO run:
-  killed after the update (the teacher and OPID scored, the bandit fed) and while writing a checkpoint (a rollout kill
-  is the GRPO test's). The bandit's state and the bad-update count come back from the checkpoint record; the run
-  equals an uninterrupted one."""
+  killed after the update (the teacher and OPID scored, the bandit fed) and while writing step 2's checkpoint (a
+  rollout kill is the GRPO test's). The last run resumes from step 1, so the bandit's state and the bad-update count
+  come back from that step's record; the run equals an uninterrupted one."""
   extra = {"warm_start_run": uninterrupted, "warm_start_step": 1, "grpo__iterations": 2, "skills__retrieval": "ucb",
            "method": "sdar+opid", "opid__normalize": True, "sft__skill_fraction": 0.0}
   start = functools.partial(_train, variant=":sdar", extra=extra, games_root=games_root)
   _finish(start(str(tmp_path / "a")))
-  out = _kill_anywhere(lambda **popen: start(str(tmp_path / "b"), **popen), ["train/update:1", "checkpoint/write:1"])
-  assert "resumed from step 0" in out
+  out = _kill_anywhere(lambda **popen: start(str(tmp_path / "b"), **popen), ["train/update:1", "checkpoint/write:2"])
+  assert "resumed from step 1" in out
   _assert_same_run(str(tmp_path / "b"), str(tmp_path / "a"), iterations=2)
 
 
