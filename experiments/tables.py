@@ -457,6 +457,7 @@ def plot(folder: Path, path: str, against: str = "", horizon: bool = False) -> N
     axes[0].legend(fontsize=7)
   else:
     fig, (ax, fx) = plt.subplots(1, 2, figsize=(11, 4))
+    ax.set_prop_cycle(color=plt.cm.tab20.colors)  # up to 20 arms without a repeated colour
     for method, runs in sorted(t.runs.items()):
       steps = sorted(set.intersection(*(set(r.val) for r in runs.values())))
       curve = np.array([[r.val[s] for s in steps] for r in runs.values()])
