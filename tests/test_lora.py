@@ -1,6 +1,7 @@
 """LoRA on our parameter pytrees (`models/lora.py`): PEFT's initialisation and scaling, a hand-computed merge, and
 Hugging Face PEFT loading our exported adapters onto the tiny random HF base with the logits of our merged model."""
 import dataclasses
+import importlib.util
 import json
 import os
 
@@ -138,6 +139,7 @@ def test_a_model_section_with_a_peft_adapter_loads_the_merged_model(hf_checkpoin
 
 # --- training the adapters ------------------------------------------------------------------------------------------
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = model_config.preset("tiny", vocab_size=256, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
                            num_kv_heads=2, head_dim=16)
 KL_LOSS = LossParams(core=LossCore(kl_coef=0.01, entropy_coef=0.001))
@@ -305,3 +307,9 @@ def test_a_pool_of_adapters_restores_onto_a_mesh(tmp_path):
                      jax.tree.leaves(abstract)):
     np.testing.assert_allclose(np.asarray(y), np.asarray(x), rtol=1e-6, atol=1e-7)
     assert y.sharding == a.sharding
+  # experiments/same_run.py reads the base's shapes from the saved metadata beside the pool: the merged weights.
+  spec = importlib.util.spec_from_file_location("same_run", os.path.join(ROOT, "experiments", "same_run.py"))
+  same_run = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(same_run)
+  assert same_run.run_checkpoints(str(tmp_path)) == {
+      1: (same_run.params_digest(lora.merge(params, state.params, cfg)), None)}
