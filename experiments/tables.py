@@ -383,7 +383,7 @@ def per_group_markdown(t: Table, folder: Path, endpoint: str, against: str, w: D
     base = values.get(ref, {})
     paired = {g: paired_rows([(a, a, {s: v[g] for s, v in values[a].items() if g in v}) for a in arms if a != ref],
                              {s: v[g] for s, v in base.items() if g in v}) for g in groups}
-    lines += ["", f"| arm | " + " | ".join(f"− {ref}: {g}, paired [95 % CI] | Holm p" for g in groups) + " |",
+    lines += ["", "| arm | " + " | ".join(f"− {ref}: {g}, paired [95 % CI] | Holm p" for g in groups) + " |",
               "|---|" + "---|---|" * len(groups)]
     for i, arm in enumerate(a for a in arms if a != ref):
       lines.append(f"| {arm} | " + " | ".join(f"{_diff(paired[g][i])} | {_p(paired[g][i])}" for g in groups) + " |")

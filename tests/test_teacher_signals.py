@@ -2,7 +2,6 @@
 forward of the teacher's sequence, top-k included; SDAR's privileged prompt (raw prefix, re-encoded, left-truncated);
 the per-turn metrics."""
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
