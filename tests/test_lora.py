@@ -235,6 +235,10 @@ def test_a_pool_of_adapters_gives_each_steps_merged_weights(tmp_path):
   with CheckpointPool(tmp_path / "run" / "checkpoints") as pool:
     with pytest.raises(FileNotFoundError, match="base weights"):
       pool.restore_base(params)
+    os.makedirs(os.path.join(pool.directory, "base"))
+    with pytest.raises(FileNotFoundError, match="move it to .*checkpoints.base"):
+      pool.restore_base(params)
+    os.rmdir(os.path.join(pool.directory, "base"))
     pool.save_base(params)
     pool.save(3, {"adapters": state.params, "opt_state": state.opt_state, "step": state.step}, metrics={},
               outcomes=None, config={}, extra=record)

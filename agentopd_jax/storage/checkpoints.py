@@ -248,8 +248,11 @@ class CheckpointPool:
   def restore_base(self, abstract_params):
     """The base written by `save_base`, laid out like `abstract_params`."""
     if not self.has_base():
+      inside = os.path.join(self.directory, "base")
+      hint = (f"; {inside} is a base written inside the pool, where the checkpoint manager may delete it: move it to "
+              f"{self._base_dir()}") if os.path.isdir(inside) else ""
       raise FileNotFoundError(f"no base weights at {self._base_dir()}: this pool's checkpoints hold adapters, and "
-                              "the base they were trained on was never written")
+                              f"the base they were trained on was never written{hint}")
     item = jax.tree.map(_restore_leaf, abstract_params)
     return ocp.PyTreeCheckpointer().restore(self._base_dir(), item=item,
                                             restore_args=ocp.checkpoint_utils.construct_restore_args(item))
