@@ -446,12 +446,13 @@ def plot(folder: Path, path: str, against: str = "", horizon: bool = False) -> N
   t = load_table(folder)
   if horizon:
     fig, axes = plt.subplots(1, len(HORIZON), figsize=(4 * len(HORIZON), 3.4))
+    colour = dict(zip(sorted(t.runs), plt.cm.tab10.colors))  # a method keeps its colour in every panel
     for ax, (name, key) in zip(axes, HORIZON):
       for method, runs in sorted(t.runs.items()):
         series = _val_mean(runs) if key is None else seed_mean(runs, key)
         if series:
           ax.plot(list(series), list(series.values()), marker="o" if key is None else None,
-                  label=LABELS.get(method, method))
+                  label=LABELS.get(method, method), color=colour[method])
       ax.set_xlabel("GRPO iteration")
       ax.set_title(name, fontsize=9)
     axes[0].legend(fontsize=7)
