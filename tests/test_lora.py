@@ -22,6 +22,7 @@ from agentopd_jax.storage.checkpoints import CheckpointPool
 from agentopd_jax.training.train_step import (OptimConfig, init_state, make_minibatches, make_optimizer,
                                               make_train_step, policy_params, split_minibatches)
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOL = 1e-4
 
 
@@ -139,7 +140,6 @@ def test_a_model_section_with_a_peft_adapter_loads_the_merged_model(hf_checkpoin
 
 # --- training the adapters ------------------------------------------------------------------------------------------
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = model_config.preset("tiny", vocab_size=256, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
                            num_kv_heads=2, head_dim=16)
 KL_LOSS = LossParams(core=LossCore(kl_coef=0.01, entropy_coef=0.001))
