@@ -126,13 +126,11 @@ def _abstract_params(pool, step):
   import orbax.checkpoint as ocp
   from etils import epath
 
-  def tree(path):
-    meta = ocp.PyTreeCheckpointHandler().metadata(epath.Path(path))
-    return getattr(meta, "tree", meta)
-
-  saved = tree(os.path.join(pool.directory, str(step), "state"))
-  params = saved["params"] if "params" in saved else tree(f"{pool.directory}.base")
-  return jax.tree.map(lambda m: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype), params)
+  meta = ocp.PyTreeCheckpointHandler().metadata(epath.Path(os.path.join(pool.directory, str(step), "state")))
+  saved = getattr(meta, "tree", meta)
+  if "params" not in saved:
+    return pool.saved_base()
+  return jax.tree.map(lambda m: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype), saved["params"])
 
 
 def run_checkpoints(run):

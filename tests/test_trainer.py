@@ -69,16 +69,8 @@ def _params(workdir, step, merged=False):
   """Checkpoint `step`'s trained weights: the model's, or (`merged`: a LoRA run) its adapters merged onto the base."""
   with CheckpointPool(os.path.join(workdir, "checkpoints"), read_only=True) as pool:
     if merged:
-      return pool_params(pool, step, pool.restore_base(_saved_shapes(pool)))
+      return pool_params(pool, step, pool.restore_base(pool.saved_base()))
     return pool.restore_params(step, transformer.abstract_params(model_config.preset("tiny")))
-
-
-def _saved_shapes(pool):
-  """The base's arrays as the pool saved them (no model config needed)."""
-  import orbax.checkpoint as ocp
-  from etils import epath
-  meta = ocp.PyTreeCheckpointHandler().metadata(epath.Path(f"{pool.directory}.base"))
-  return jax.tree.map(lambda m: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype), getattr(meta, "tree", meta))
 
 
 @pytest.fixture(scope="module")

@@ -39,6 +39,7 @@ from typing import Any, Self
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from etils import epath
 from jax.experimental import multihost_utils
 from orbax.checkpoint import checkpoint_managers as cm
 
@@ -247,15 +248,16 @@ class CheckpointPool:
 
   def restore_base(self, abstract_params):
     """The base written by `save_base`, laid out like `abstract_params`."""
-    if not self.has_base():
-      inside = os.path.join(self.directory, "base")
-      hint = (f"; {inside} is a base written inside the pool, where the checkpoint manager may delete it: move it to "
-              f"{self._base_dir()}") if os.path.isdir(inside) else ""
-      raise FileNotFoundError(f"no base weights at {self._base_dir()}: this pool's checkpoints hold adapters, and "
-                              f"the base they were trained on was never written{hint}")
+    self._require_base()
     item = jax.tree.map(_restore_leaf, abstract_params)
     return ocp.PyTreeCheckpointer().restore(self._base_dir(), item=item,
                                             restore_args=ocp.checkpoint_utils.construct_restore_args(item))
+
+  def saved_base(self):
+    """ShapeDtypeStructs of the base as `save_base` wrote it, from its array metadata (no model config needed)."""
+    self._require_base()
+    meta = ocp.PyTreeCheckpointHandler().metadata(epath.Path(self._base_dir()))
+    return jax.tree.map(lambda m: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype), getattr(meta, "tree", meta))
 
   def saved_keys(self, step: int) -> list[str]:
     """The top-level entries of `step`'s saved state ("params" or "adapters", "opt_state", ...)."""
@@ -428,6 +430,14 @@ class CheckpointPool:
 
   def _base_dir(self) -> str:
     return f"{self.directory}.base"
+
+  def _require_base(self) -> None:
+    if not self.has_base():
+      inside = os.path.join(self.directory, "base")
+      hint = (f"; {inside} is a base written inside the pool, where the checkpoint manager may delete it: move it to "
+              f"{self._base_dir()}") if os.path.isdir(inside) else ""
+      raise FileNotFoundError(f"no base weights at {self._base_dir()}: this pool's checkpoints hold adapters, and "
+                              f"the base they were trained on was never written{hint}")
 
   def _step_dir(self, step: int) -> str:
     return os.path.join(self.directory, str(step))
