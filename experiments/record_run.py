@@ -1,9 +1,10 @@
 """Copies a finished run's small record into `results/` (results/README.md): its resolved config, every metrics
-record, its summary and, per validation step, each panel problem's [successes, attempts] (an ALFWorld game by its
-folder below the data root). No checkpoint.
+record, its summary, the machine of each of its starts (`machine.jsonl`, `storage.machine`) and, per validation step,
+each panel problem's [successes, attempts] (an ALFWorld game by its folder below the data root). No checkpoint.
 
   python experiments/record_run.py runs/precision_ab/bfloat16_s0 results/precision_ab/bfloat16_s0
   python experiments/record_run.py --eval runs/x/eval/eval.json results/x/eval_T0.4.json   # an evaluation's report
+  python experiments/record_run.py --ran_here RUN DEST   # a run whose code wrote no machine.jsonl, run on this machine
 """
 import argparse
 import json
@@ -11,6 +12,7 @@ import shutil
 from pathlib import Path
 
 from agentopd_jax.envs.alfworld.spec import game_name
+from agentopd_jax.storage import machine
 from agentopd_jax.storage.checkpoints import CheckpointPool
 
 
@@ -23,13 +25,22 @@ def problem_name(problem: str) -> str:
   return problem
 
 
-def record(run: Path, dest: Path) -> None:
+def record(run: Path, dest: Path, ran_here: bool = False) -> None:
+  """`ran_here`: the run's code wrote no machine.jsonl (code older than `storage.machine`) and the run ran on this
+  machine, which the record then names instead (one line, marked `"recorded_by_this_machine": true`)."""
   if not (run / "summary.json").exists():
     raise SystemExit(f"{run}: no summary.json, the run has not finished")
+  starts = machine.read(run)
+  if starts and ran_here:
+    raise SystemExit(f"{run}: --ran_here is for runs without a machine.jsonl; this run names its machine itself")
   dest.mkdir(parents=True, exist_ok=True)
   for name, src in (("config.json", "config.json"), ("metrics.jsonl", "logs/metrics.jsonl"),
                     ("summary.json", "summary.json")):
     shutil.copyfile(run / src, dest / name)
+  if starts:
+    shutil.copyfile(run / machine.FILE, dest / machine.FILE)
+  elif ran_here:
+    (dest / machine.FILE).write_text(json.dumps({"recorded_by_this_machine": True, **machine.describe()}) + "\n")
   pool = CheckpointPool(run / "checkpoints")
   outcomes = {str(step): {problem_name(p): list(o)
                                 for p, o in sorted(pool.metadata(step)["outcomes"].items())}
@@ -52,8 +63,13 @@ def main():
   parser.add_argument("run", type=Path, help="a finished run's folder, or with --eval an evaluation's eval.json")
   parser.add_argument("dest", type=Path, help="the record's folder, or with --eval its file")
   parser.add_argument("--eval", action="store_true", help="record an experiments/evaluate.py report")
+  parser.add_argument("--ran_here", action="store_true",
+                      help="the run wrote no machine.jsonl (older code) and ran on this machine: name this one")
   args = parser.parse_args()
-  (record_eval if args.eval else record)(args.run, args.dest)
+  if args.eval:
+    record_eval(args.run, args.dest)
+  else:
+    record(args.run, args.dest, args.ran_here)
 
 
 if __name__ == "__main__":

@@ -336,7 +336,9 @@ def _val_mean(runs) -> Dict[int, float]:
 
 
 def horizon_markdown(t: Table, plan: Dict[str, List[int]]) -> str:
-  """Per method (seed means), each quantity at every validated iteration; the planned runs without a record below."""
+  """Per method (seed means), each quantity at every validated iteration, and with several seeds each seed's success
+  above their mean (a seed's runs share its warm start, which may be another seed's remade elsewhere); the planned
+  runs without a record below."""
   missing = [f"{LABELS.get(m, m)} seed {s}" for m, seeds in plan.items() for s in seeds if s not in t.runs.get(m, {})]
   note = f"\n\nNot run yet: {', '.join(missing)}." if missing else ""
   if not t.runs:
@@ -346,10 +348,13 @@ def horizon_markdown(t: Table, plan: Dict[str, List[int]]) -> str:
            "|---|---|" + "---|" * len(steps)]
   for method, runs in sorted(t.runs.items()):
     for name, key in HORIZON:
-      series = _val_mean(runs) if key is None else seed_mean(runs, key)
-      if series:
-        cells = [(f"{series[s]:.1f}" if key is None else f"{series[s]:.3f}") if s in series else "–" for s in steps]
-        lines.append(f"| {LABELS.get(method, method)} | {name} | " + " | ".join(cells) + " |")
+      rows = [(f"{name}, seed {seed}", run.val) for seed, run in sorted(runs.items())] if (
+          key is None and len(runs) > 1) else []
+      rows.append((name, _val_mean(runs) if key is None else seed_mean(runs, key)))
+      for label, series in rows:
+        if series:
+          cells = [(f"{series[s]:.1f}" if key is None else f"{series[s]:.3f}") if s in series else "–" for s in steps]
+          lines.append(f"| {LABELS.get(method, method)} | {label} | " + " | ".join(cells) + " |")
   return "\n".join(lines) + note
 
 

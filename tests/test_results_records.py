@@ -215,3 +215,30 @@ def test_per_group_endpoint_table_by_hand(tmp_path):
   against_grpo = lines[len(lines) - lines[::-1].index("") + 2:]  # the second reference's table
   assert against_grpo[1].startswith("| static_best | +7.0 [")  # All: 30 − 20 and 26 − 22
   assert against_grpo[-1] == "| hcn_lad_routed | – | – | – | – | – | – |"
+
+
+def test_horizon_table_by_hand(tmp_path):
+  """`--horizon`: per method each quantity's seed mean at every validated iteration; with two seeds each seed's
+  success above the mean (a seed's warm start may be another seed's remade on another machine), and the planned runs
+  without a record named below."""
+  report = _tables_script()
+  folder = tmp_path / "sdar_horizon"  # configs/sweeps/sdar_horizon.py's plan: four methods, seeds 0 and 1
+
+  def run(name, seed, success, gap):
+    d = folder / f"{name}-s{seed}"
+    d.mkdir(parents=True)
+    lines = [{"phase": "val", "step": step, "val/success_rate": v} for step, v in zip((0, 4), success)]
+    lines += [{"phase": "train", "step": it, "teacher/gap_mean": g} for it, g in ((4, gap),)]
+    (d / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines))
+    (d / "summary.json").write_text("{}")
+  run("opsd", 0, (0.125, 0.25), -0.1)
+  run("opsd", 1, (0.0625, 0.0), -0.3)
+  run("sdar", 0, (0.125, 0.5), 0.2)
+  lines = report.report(folder, report.Block(horizon=True)).splitlines()
+  assert lines[0] == "| method | quantity | it. 0 | it. 4 |"
+  assert lines[2:6] == ["| OPSD | validation success, T = 1.0 (%), seed 0 | 12.5 | 25.0 |",
+                        "| OPSD | validation success, T = 1.0 (%), seed 1 | 6.2 | 0.0 |",
+                        "| OPSD | validation success, T = 1.0 (%) | 9.4 | 12.5 |",
+                        "| OPSD | teacher gap Δ | – | -0.200 |"]
+  assert lines[6:8] == ["| SDAR | validation success, T = 1.0 (%) | 12.5 | 50.0 |", "| SDAR | teacher gap Δ | – | 0.200 |"]
+  assert lines[-1] == "Not run yet: GRPO seed 0, GRPO seed 1, GRPO+OPSD-RKL seed 0, GRPO+OPSD-RKL seed 1, SDAR seed 1."

@@ -24,6 +24,7 @@ from agentopd_jax.envs import registry  # noqa: E402
 from agentopd_jax.envs.alfworld import generator  # noqa: E402
 from agentopd_jax.models import config as model_config, transformer  # noqa: E402
 from agentopd_jax.models.loading import pool_params  # noqa: E402
+from agentopd_jax.storage import machine  # noqa: E402
 from agentopd_jax.storage.checkpoints import CheckpointPool  # noqa: E402
 from agentopd_jax.storage.logs import read_metrics, untimed  # noqa: E402
 
@@ -104,6 +105,28 @@ def test_run_records_checkpoints_outcomes_and_logs(uninterrupted):
   assert train[0]["compile/programs"] >= 1 and 0 < train[0]["compile/update_s"] <= train[0]["timing_s/update_actor"]
   assert all(abs(r["rollout/logprob_drift"]) < 1e-4 for r in train)  # sampler and trainer agree
   assert any(name.startswith("events.out.tfevents") for name in os.listdir(os.path.join(uninterrupted, "logs")))
+  (start,) = machine.read(uninterrupted)  # one start, on this machine
+  assert start["cores"] >= 1 and start["backend"] == "cpu" and start["devices"] == 8 and start["jax"] == jax.__version__
+
+
+def test_a_record_names_the_machine_of_each_start(uninterrupted, tmp_path):
+  """record_run keeps the run's machine.jsonl; a run whose code wrote none is recorded with this machine only when
+  --ran_here says it ran here, and --ran_here on a run that names its machine is refused."""
+  record = [sys.executable, os.path.join(ROOT, "experiments", "record_run.py")]
+  subprocess.run(record + [uninterrupted, str(tmp_path / "rec")], check=True, cwd=ROOT, capture_output=True)
+  assert machine.read(tmp_path / "rec") == machine.read(uninterrupted)
+  refused = subprocess.run(record + ["--ran_here", uninterrupted, str(tmp_path / "x")], cwd=ROOT, capture_output=True,
+                           text=True)
+  assert refused.returncode != 0 and "names its machine itself" in refused.stderr
+  older = tmp_path / "older"  # a run as code without storage.machine left it
+  shutil.copytree(uninterrupted, older)
+  os.remove(older / machine.FILE)
+  subprocess.run(record + [str(older), str(tmp_path / "plain")], check=True, cwd=ROOT, capture_output=True)
+  assert not (tmp_path / "plain" / machine.FILE).exists()
+  subprocess.run(record + ["--ran_here", str(older), str(tmp_path / "here")], check=True, cwd=ROOT,
+                 capture_output=True)
+  (here,) = machine.read(tmp_path / "here")
+  assert here["recorded_by_this_machine"] and here["cpu"] == machine.describe()["cpu"]
 
 
 def test_a_run_without_a_terminal_logs_one_line_per_iteration_and_validation(uninterrupted):
@@ -164,8 +187,10 @@ def test_run_killed_anywhere_resumes_to_the_uninterrupted_run(tmp_path, games_ro
   """SIGKILL in SFT, in a rollout, between updates, in validation and in the middle of a checkpoint write, each
   followed by the same command: the final run equals the uninterrupted one, bit for bit."""
   workdir = str(tmp_path / "run_b")
-  out = _kill_anywhere(lambda **popen: _train(workdir, games_root, **popen), _kills(0))
+  kills = _kills(0)
+  out = _kill_anywhere(lambda **popen: _train(workdir, games_root, **popen), kills)
   assert "resumed from step 0" in out
+  assert len(machine.read(workdir)) == len(kills) + 1  # every start of the run names its machine
   assert not [n for n in os.listdir(os.path.join(workdir, "checkpoints")) if "tmp" in n]  # the torn write is gone
   _assert_same_run(workdir, uninterrupted)
 

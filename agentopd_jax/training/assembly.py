@@ -35,6 +35,7 @@ from agentopd_jax.parallel import distributed
 from agentopd_jax.parallel.sharding import make_mesh
 from agentopd_jax.models.loading import run_params
 from agentopd_jax.storage.checkpoints import CheckpointPool
+from agentopd_jax.storage import machine
 from agentopd_jax.storage.logs import LiveReport, MetricsLogger, NullLogger, WandbSink
 from agentopd_jax.training import data
 from agentopd_jax.training.config import RunConfig, from_config_dict, loss_params
@@ -186,6 +187,8 @@ def build_run(c) -> RunParts:
   if primary:
     (workdir / "config.json").write_text(config_json)
   mesh = make_mesh(tuple(cfg.mesh_shape))
+  if primary:
+    machine.append(workdir)  # each start of the run: the CPU and versions its numbers depend on
   local_mesh = distributed.local_mesh(mesh)
   model, init_params, tokenizer = model_and_tokenizer(cfg, base_seed(cfg), mesh)
   spec = registry.get(cfg.env.name)
