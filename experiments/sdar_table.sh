@@ -13,8 +13,10 @@
 # 1. The warm start, once: the CPU default's skill-reading SFT (`grpo.iterations=0`: SFT and its step-0 checkpoint).
 #    WARM_FROM=<run> copies an existing one instead (the recorded table started from runs/precision_ab2/warm_start).
 #    The recorded tables' warm start (results/sdar_table/warm_start) is the SFT of commit 157b4fc's code, whose
-#    demonstrations today's code no longer builds token for token; it is remade bit for bit (outcomes and every
-#    SFT loss) from a worktree of that commit:
+#    demonstrations today's code no longer builds token for token; on the CPU that made it (a 2-core Xeon) it is remade
+#    bit for bit (outcomes and every SFT loss) from a worktree of that commit. On another CPU XLA's kernels round
+#    otherwise: a 2-core AMD EPYC (Zen 3, AVX2) gives losses that part from step 10 and 9.4 % at step 0, not 12.5 %
+#    (results/sdar_horizon/warm_start_s1, its machine.jsonl), so runs from it do not pair with the recorded ones:
 #      here=$PWD; git worktree add /tmp/ws157 157b4fc && (cd /tmp/ws157 && PYTHONPATH=/tmp/ws157 python \
 #        experiments/train.py --config=configs/alfworld.py --config.grpo.iterations=0 --config.model.dtype=float32 \
 #        --config.workdir="$here/runs/sdar_table/warm_start")
