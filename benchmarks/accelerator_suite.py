@@ -271,6 +271,7 @@ def main(argv=None) -> dict:
 
   from agentopd_jax.models import transformer
   from agentopd_jax.models.config import preset
+  from agentopd_jax.storage import machine
 
   t_start = time.perf_counter()
   device = device_info()
@@ -285,7 +286,7 @@ def main(argv=None) -> dict:
   result = {
       "benchmark": "accelerator suite",
       "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
-      "machine": {**device, "platform": platform.platform(), "cpu_count": os.cpu_count(),
+      "machine": {**machine.describe(), **device, "platform": platform.platform(),
                   "load_avg_1_5_15_at_start": [round(x, 2) for x in os.getloadavg()]},
       "versions": {"python": platform.python_version(), "jax": jax.__version__, "numpy": np.__version__},
       "code": code_version(),

@@ -587,15 +587,15 @@ def main(argv=None) -> dict:
   import torch
   import transformers
 
+  from agentopd_jax.storage import machine
+
   torch.set_num_threads(args.threads)
   install_compile_timer()
   t_start = time.perf_counter()
   result = {
       "benchmark": "foundation",
       "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
-      "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-                  "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-                  "jax_devices": [str(d) for d in jax.devices()],
+      "machine": {**machine.describe(), "platform": platform.platform(), "torch_threads": torch.get_num_threads(),
                   # The machine may be shared: a load above the core count means other processes competed.
                   "load_avg_1_5_15_at_start": [round(x, 2) for x in os.getloadavg()]},
       "versions": {"python": platform.python_version(), "jax": jax.__version__, "torch": torch.__version__,
