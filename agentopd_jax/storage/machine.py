@@ -53,8 +53,11 @@ def append(folder) -> None:
 
 
 def read(folder) -> List[dict]:
-  """The run's starts, oldest first ([] for a run that has no machine.jsonl)."""
+  """The run's starts, oldest first ([] for a run that has no machine.jsonl). A last line cut short by a kill while
+  it was written is left out."""
   path = Path(folder) / FILE
   if not path.exists():
     return []
-  return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+  text = path.read_text(encoding="utf-8")
+  lines = text.splitlines() if text.endswith("\n") else text.splitlines()[:-1]
+  return [json.loads(line) for line in lines if line.strip()]
