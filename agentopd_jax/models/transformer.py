@@ -422,9 +422,12 @@ def init_params(config: ModelConfig, rng: jax.Array):
   return _jitted_init(config)(rng)["params"]
 
 
+@functools.lru_cache(maxsize=16)
 def _abstract_variables(config: ModelConfig):
-  tokens = jnp.zeros((1, 1), jnp.int32)
-  return jax.eval_shape(lambda: Decoder(config).init(jax.random.key(0), tokens, tokens, jnp.ones_like(tokens)))
+  """The boxed variables' shapes, traced once per config: a run asks for them for its shardings, its restore targets
+  and every step it builds, and each trace of the model's init costs a second. Numpy tokens, as `_jitted_init`'s."""
+  tokens = np.zeros((1, 1), np.int32)
+  return jax.eval_shape(lambda: Decoder(config).init(jax.random.key(0), tokens, tokens, np.ones_like(tokens)))
 
 
 def logical_axes(config: ModelConfig):

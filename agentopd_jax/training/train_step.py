@@ -214,8 +214,9 @@ def make_train_step(model: ModelConfig, loss: LossParams, optimizer: optax.Gradi
       prefix_grads = None if gp is None else jax.tree.map(lambda a, b: a + b.astype(jnp.float32), prefix_grads, gp)
       return (jax.tree.map(jnp.add, grads, g), prefix_grads, jax.tree.map(jnp.add, metrics, m)), None
 
-    zero_metrics = jax.eval_shape(lambda: grad_fn(state.params, policy_prefix, frozen,
-                                                  jax.tree.map(lambda x: x[0], minibatch), norm)[0][1])
+    # The metrics' shapes from the loss alone: tracing its gradient too would double the step's tracing time.
+    zero_metrics = jax.eval_shape(lambda: micro_loss(state.params, policy_prefix, frozen,
+                                                     jax.tree.map(lambda x: x[0], minibatch), norm)[1])
     init = (jax.tree.map(jnp.zeros_like, state.params),
             None if policy_prefix is None else jax.tree.map(lambda x: jnp.zeros(x.shape, jnp.float32), policy_prefix),
             jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), zero_metrics))
