@@ -119,7 +119,7 @@ def test_sft_trains_in_sft_dtype_whatever_the_runs_model_dtype(monkeypatch):
     raise StopIteration  # enough: what follows is the ordinary SFT loop
 
   monkeypatch.setattr(warm_start, "demonstrations", lambda parts: [])
-  monkeypatch.setattr(warm_start, "make_train_step", record)
+  monkeypatch.setattr(warm_start, "cached_train_step", record)
   for sft_dtype, expected in (("float32", "float32"), ("", "bfloat16")):
     cfg = from_config_dict(tiny_alfworld_config("", "/tmp/x", "/tmp/games", model__dtype="bfloat16",
                                                 sft__dtype=sft_dtype))

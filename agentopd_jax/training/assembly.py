@@ -40,7 +40,7 @@ from agentopd_jax.storage.logs import LiveReport, MetricsLogger, NullLogger, Wan
 from agentopd_jax.training import data
 from agentopd_jax.training.config import RunConfig, from_config_dict, loss_params
 from agentopd_jax.training.config import method_names as methods_of
-from agentopd_jax.training.train_step import BadUpdates, make_optimizer, make_train_step
+from agentopd_jax.training.train_step import BadUpdates, cached_train_step, make_optimizer
 
 VALIDATION_STREAM = 10**6  # fold_in index of the validation key; GRPO iteration i uses index i
 LORA_STREAM = 3 * 10**6    # fold_in index of a LoRA run's adapter initialisation
@@ -222,7 +222,7 @@ def build_run(c) -> RunParts:
       val_engine=val_engine, pool=CheckpointPool(workdir / "checkpoints", keep=cfg.checkpoint.keep or None),
       live=live, log=log, optimizer=optimizer, bad_updates=BadUpdates(cfg.optim.max_bad_updates),
       use_reference=use_reference, loss=loss, objective=get_objective(loss.objective),
-      train_step=make_train_step(model, loss, optimizer, mesh, use_reference,
+      train_step=cached_train_step(model, loss, cfg.optim, mesh, use_reference,
                                  temperature=runs_at.train.temperature,  # the rollouts' temperature
                                  lora=cfg.lora if cfg.lora.rank else None),
       methods=methods)

@@ -144,6 +144,16 @@ def minibatch_sharding(mesh: Mesh, batch: TrainBatch):
   return jax.tree.map(lambda x: NamedSharding(mesh, P(None, ("data", "fsdp"), *([None] * (x.ndim - 2)))), batch)
 
 
+@functools.lru_cache(maxsize=8)
+def cached_train_step(model: ModelConfig, loss: LossParams, optim: OptimConfig, mesh: Optional[Mesh] = None,
+                      with_reference: bool = False, temperature: float = 1.0, lora: Optional[LoraConfig] = None):
+  """`make_train_step` with `make_optimizer(optim)`, one per distinct set of arguments in a process: runs that share
+  them (a notebook's reruns, in-process runs one after another) reuse its traced programs instead of tracing the
+  model's forward and backward again, seconds per program. The optimizer is a pure function of `optim`, so a run's
+  own `make_optimizer(optim)` initialises the state this step updates."""
+  return make_train_step(model, loss, make_optimizer(optim), mesh, with_reference, temperature, lora)
+
+
 def make_train_step(model: ModelConfig, loss: LossParams, optimizer: optax.GradientTransformation,
                     mesh: Optional[Mesh] = None, with_reference: bool = False, temperature: float = 1.0,
                     lora: Optional[LoraConfig] = None):

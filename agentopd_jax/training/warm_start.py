@@ -23,8 +23,8 @@ from agentopd_jax.models.loading import run_params
 from agentopd_jax.storage.logs import progress
 from agentopd_jax.training.assembly import RunParts, base_seed, demonstration_env
 from agentopd_jax.training import reuse
-from agentopd_jax.training.train_step import (BadUpdates, init_state, make_minibatches, make_optimizer, make_train_step,
-                                             with_scored)
+from agentopd_jax.training.train_step import (BadUpdates, cached_train_step, init_state, make_minibatches,
+                                             make_optimizer, with_scored)
 
 logger = logging.getLogger(__name__)
 
@@ -61,10 +61,11 @@ def sft(parts: RunParts):
   demos = demonstrations(parts)  # every process replays them all (a cheap, deterministic replay)
   decay = max(s.steps - s.warmup_steps, 0) if s.lr_schedule == "cosine" else 0
   # The run's AdamW (weight decay, clipping, betas) with the warm start's own rate and schedule.
-  optimizer = make_optimizer(dataclasses.replace(cfg.optim, learning_rate=s.learning_rate,
-                                                 warmup_steps=s.warmup_steps, decay_steps=decay, final_lr_ratio=0.1))
+  optim = dataclasses.replace(cfg.optim, learning_rate=s.learning_rate, warmup_steps=s.warmup_steps,
+                              decay_steps=decay, final_lr_ratio=0.1)
+  optimizer = make_optimizer(optim)
   model = parts.model.replace(dtype=s.dtype) if s.dtype else parts.model
-  step_fn = make_train_step(model, LossParams("sft"), optimizer, parts.mesh)
+  step_fn = cached_train_step(model, LossParams("sft"), optim, parts.mesh)
   state = init_state(jax.tree.map(jnp.copy, parts.init_params), optimizer, mesh=parts.mesh, model=model)
   bad_updates = BadUpdates(cfg.optim.max_bad_updates)
   rng = np.random.default_rng([base_seed(cfg), 7])
