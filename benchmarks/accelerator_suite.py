@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 from bench_foundation import code_version, interleaved_times, timing_entry
 from bench_train_step import bench_train_step, matmul_params
-from common import emit_json
+from common import finish, logger
 
 ROOT = Path(__file__).resolve().parent.parent
 PARTS = ("train", "decode", "grpo", "rollout")
@@ -51,8 +51,7 @@ PEAK_BF16_TFLOPS = (
 )
 
 
-def log(msg: str) -> None:
-  print(f"[accelerator_suite {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+log = logger("accelerator_suite")
 
 
 def parse_args(argv=None):
@@ -329,10 +328,7 @@ def main(argv=None) -> dict:
 
   result["summary"] = {impl: {k: get(parts, path) for k, path in pick.items()}
                        for impl, parts in result["impls"].items()}
-  result["machine"]["load_avg_1_5_15_at_end"] = [round(x, 2) for x in os.getloadavg()]
-  result["wall_s"] = round(time.perf_counter() - t_start, 1)
-  emit_json(result, args.out)
-  return result
+  return finish(result, t_start, args.out)
 
 
 if __name__ == "__main__":

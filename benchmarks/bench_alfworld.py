@@ -17,17 +17,15 @@ from __future__ import annotations
 import argparse
 import platform
 import random
-import sys
 import tempfile
 import time
 
-from common import emit_json
+from common import emit_json, logger
 
 TARGET = 100.0
 
 
-def log(msg: str) -> None:
-  print(f"[bench_alfworld {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+log = logger("bench_alfworld")
 
 
 def parse_args(argv=None):

@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 
-from common import emit_json, machine_roofline
+from common import finish, logger, machine_roofline
 from typing import Callable, List
 
 import numpy as np
@@ -45,8 +45,7 @@ import numpy as np
 TARGETS = {"p1": 2.0, "p2": 3.0, "p3": 3.0}
 
 
-def log(msg: str) -> None:
-  print(f"[bench_foundation {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+log = logger("bench_foundation")
 
 
 def parse_args(argv=None):
@@ -658,10 +657,7 @@ def main(argv=None) -> dict:
   if args.quick:  # the --quick shapes are too small to keep every core busy, so the check means nothing there
     summary["contention_suspected"] = "not checked in --quick mode"
   result["summary"] = summary
-  result["machine"]["load_avg_1_5_15_at_end"] = [round(x, 2) for x in os.getloadavg()]
-  result["wall_s"] = round(time.perf_counter() - t_start, 1)
-  emit_json(result, args.out)
-  return result
+  return finish(result, t_start, args.out)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import emit_json
+from common import emit_json, logger
 
 from agentopd_jax.storage.logs import renamed
 
@@ -42,8 +42,7 @@ DEFAULT_ARMS = "grpo:float32,grpo:bfloat16,sdar:bfloat16,rlsd:bfloat16,opsd:bflo
                "skill_grpo:bfloat16"
 
 
-def log(msg: str) -> None:
-  print(f"[bench_iteration {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+log = logger("bench_iteration")
 
 
 def parse_arm(arm: str) -> tuple:

@@ -19,13 +19,12 @@ import time
 from pathlib import Path
 
 from bench_foundation import code_version, interleaved_times, timing_entry
-from common import emit_json, machine_roofline
+from common import emit_json, logger, machine_roofline
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: configs/ is not a package install
 
 
-def log(msg: str) -> None:
-  print(f"[bench_packing {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+log = logger("bench_packing")
 
 
 def parse_args(argv=None):

@@ -19,14 +19,12 @@ import argparse
 import concurrent.futures
 import random
 import statistics
-import sys
 import time
 
-from common import emit_json
+from common import emit_json, logger
 
 
-def log(msg: str) -> None:
-  print(f"[bench_retrieval {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+log = logger("bench_retrieval")
 
 
 def parse_args(argv=None):

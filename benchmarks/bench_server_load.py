@@ -22,18 +22,16 @@ import http.client
 import itertools
 import json
 import statistics
-import sys
 import tempfile
 import threading
 import time
 import urllib.parse
 from typing import Callable
 
-from common import emit_json
+from common import emit_json, logger
 
 
-def log(msg: str) -> None:
-  print(f"[bench_server_load {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+log = logger("bench_server_load")
 
 
 def parse_args(argv=None):

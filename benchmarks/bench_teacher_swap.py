@@ -19,16 +19,14 @@ from __future__ import annotations
 import argparse
 import itertools
 import platform
-import sys
 import tempfile
 import time
 
 from bench_foundation import code_version, interleaved_times, timing_entry
-from common import emit_json
+from common import emit_json, logger
 
 
-def log(msg: str) -> None:
-  print(f"[bench_teacher_swap {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+log = logger("bench_teacher_swap")
 
 
 def parse_args(argv=None):

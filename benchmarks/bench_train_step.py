@@ -50,15 +50,14 @@ from pathlib import Path
 
 import numpy as np
 from bench_foundation import bf16_roofline, code_version, interleaved_times, logprob_error, timing_entry
-from common import emit_json, machine_roofline
+from common import finish, logger, machine_roofline
 
 TARGET_MFU = 0.40
 TIME_PARTS = {"env": "timing_s/env", "generate": "timing_s/gen", "advantage": "timing_s/adv",
               "update": "timing_s/update_actor"}  # the parts' logged keys
 
 
-def log(msg: str) -> None:
-  print(f"[bench_train_step {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+log = logger("bench_train_step")
 
 
 def parse_args(argv=None):
@@ -384,10 +383,7 @@ def main(argv=None) -> dict:
       # processes competed. Meaningless for the --quick shapes, which are too small to fill the cores.
       "contention_suspected": "not checked in --quick mode" if args.quick else bool(any(u < floor for u in utils)),
   }
-  result["machine"]["load_avg_1_5_15_at_end"] = [round(x, 2) for x in os.getloadavg()]
-  result["wall_s"] = round(time.perf_counter() - t_start, 1)
-  emit_json(result, args.out)
-  return result
+  return finish(result, t_start, args.out)
 
 
 if __name__ == "__main__":

@@ -18,11 +18,10 @@ import sys
 import tempfile
 import time
 
-from common import emit_json
+from common import emit_json, logger
 
 
-def log(msg: str) -> None:
-  print(f"[bench_vector_env {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+log = logger("bench_vector_env")
 
 
 def play(reset, step, tasks, steps, rounds, seed):

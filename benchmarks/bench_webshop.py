@@ -17,14 +17,12 @@ from __future__ import annotations
 import argparse
 import platform
 import random
-import sys
 import time
 
-from common import best_time, emit_json
+from common import best_time, emit_json, logger
 
 
-def log(msg: str) -> None:
-  print(f"[bench_webshop {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+log = logger("bench_webshop")
 
 
 def parse_args(argv=None):

@@ -1,6 +1,8 @@
 """Shared by the benchmark scripts: JSON output, and the machine's own roofline so every script judges its timings
 against what this CPU measurably sustains in the same run (not a datasheet figure)."""
 import json
+import os
+import sys
 import time
 
 
@@ -10,6 +12,22 @@ def emit_json(result: dict, out: str | None) -> None:
   if out:
     with open(out, "w") as f:
       f.write(text + "\n")
+
+
+def logger(name: str):
+  """A benchmark's progress line on stderr, `[name HH:MM:SS] msg`, so that stdout carries only its JSON."""
+  def log(msg: str) -> None:
+    print(f"[{name} {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+  return log
+
+
+def finish(result: dict, t_start: float, out: str | None) -> dict:
+  """Stamps the load average at the end (other work on the machine shows there) and the whole wall time, then emits
+  the JSON."""
+  result["machine"]["load_avg_1_5_15_at_end"] = [round(x, 2) for x in os.getloadavg()]
+  result["wall_s"] = round(time.perf_counter() - t_start, 1)
+  emit_json(result, out)
+  return result
 
 
 def best_time(fn, n: int = 5, warm: bool = True) -> float:
