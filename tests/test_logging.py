@@ -112,6 +112,21 @@ def test_tensorboard_scalars_and_purge(tmp_path):
   assert purge == [2] and scalars == [("train/loss", 2, 1.0)]  # TensorBoard hides old events with step >= 2
 
 
+def test_tensorboard_events_are_written_without_importing_torch(tmp_path):
+  """A fresh process logs its scalars to TensorBoard with torch installed but never imported (tensorboardX's writer
+  would import it, about 2 s of each run's start), and can import torch itself afterwards."""
+  import subprocess
+  import sys
+
+  probe = ("import sys; from agentopd_jax.storage.logs import MetricsLogger\n"
+           f"with MetricsLogger({str(tmp_path)!r}) as log: log.log(1, {{'loss': 0.5}})\n"
+           "print('torch' in sys.modules); import torch; print(torch.ones(1).item())")
+  out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+  assert out == ["False", "1.0"]
+  (path,) = _event_files(tmp_path)
+  assert _read_events(path) == ([("train/loss", 1, 0.5)], [])
+
+
 def test_plot_curves_png(tmp_path):
   with MetricsLogger(tmp_path, use_tensorboard=False) as log:
     for step in range(4):

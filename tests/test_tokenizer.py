@@ -252,3 +252,26 @@ CORPUS_DIGEST = ("v2", "3aa7762527b571f021c6d9200218913c602421af36d99a337d7667e9
 
 def test_corpus_changes_come_with_a_new_builtin_version():
   assert (BUILTIN_VERSION, hashlib.sha256(json.dumps(default_corpus()).encode()).hexdigest()) == CORPUS_DIGEST
+
+
+def test_the_builtin_folder_loads_as_autotokenizer_loads_it_without_importing_torch(built):
+  """`load_tokenizer(builtin=True)` takes the class that wrote the folder: the same tokenizer AutoTokenizer resolves
+  (class, vocabulary, special tokens, encodings, chat rendering), and a process that loads it imports no torch."""
+  import subprocess
+  import sys
+
+  from transformers import AutoTokenizer
+
+  out, tok = built
+  auto = AutoTokenizer.from_pretrained(str(out), local_files_only=True)
+  assert type(tok) is type(auto) and tok.get_vocab() == auto.get_vocab()
+  assert (tok.eos_token, tok.pad_token, tok.all_special_tokens) == (auto.eos_token, auto.pad_token,
+                                                                    auto.all_special_tokens)
+  for text in TINY_CORPUS[:3] + ["<|im_start|>user\nlook<|im_end|>", "click[b0a30923h8] ü 1.5"]:
+    assert tok.encode(text) == auto.encode(text)
+  chat = [{"role": "system", "content": "s"}, {"role": "user", "content": "go to drawer 1"}]
+  assert render_chat(tok, chat) == render_chat(auto, chat)
+  probe = ("import sys; from agentopd_jax.models.tokenizer import load_tokenizer; "
+           f"load_tokenizer({str(out)!r}, builtin=True); print('torch' in sys.modules)")
+  assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip() \
+      == "False"

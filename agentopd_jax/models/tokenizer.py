@@ -78,8 +78,10 @@ class BuiltinTokenizerConfig:
 # --------------------------------------------------------------------------------------------
 
 
-def load_tokenizer(path: str | os.PathLike):
-  """Load a tokenizer from a local folder's tokenizer.json only (never the Hub).
+def load_tokenizer(path: str | os.PathLike, builtin: bool = False):
+  """Load a tokenizer from a local folder's tokenizer.json only (never the Hub). `builtin`: a folder
+  `builtin_tokenizer` wrote, loaded by the class that wrote it; AutoTokenizer's class lookup would import torch
+  where it is installed, about 2 s of every run's start.
 
   Checked up front because AutoTokenizer, given a missing folder, treats the string as a Hub
   repo id and fails with a confusing network/offline error instead of naming the path; and,
@@ -87,7 +89,10 @@ def load_tokenizer(path: str | os.PathLike):
   vocabulary (a 3-token Qwen2Tokenizer) instead of failing. Every supported family (Qwen2,
   Qwen2.5, Qwen3, Llama 3) ships tokenizer.json.
   """
-  from transformers import AutoTokenizer  # heavy import (~3 s); only pay it when used
+  if builtin:
+    from transformers import PreTrainedTokenizerFast as loader  # heavy import (~1 s); only pay it when used
+  else:
+    from transformers import AutoTokenizer as loader  # also imports torch where it is installed
 
   folder = Path(path).expanduser()
   if not folder.is_dir():
@@ -95,7 +100,7 @@ def load_tokenizer(path: str | os.PathLike):
   if not (folder / "tokenizer.json").is_file():
     raise FileNotFoundError(f"no tokenizer.json in tokenizer folder: {folder}")
   try:
-    return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    return loader.from_pretrained(str(folder), local_files_only=True)
   except Exception as e:  # JSONDecodeError, KeyError, TypeError, tokenizers' own: none names the file
     raise ValueError(f"{folder / 'tokenizer.json'}: cannot load the tokenizer ({type(e).__name__}: {e})") from e
 
@@ -138,7 +143,7 @@ def build_tokenizer(out_dir: str | os.PathLike, texts: Sequence[str], vocab_size
                     whole_words: Sequence[str] = ()):
   """Train a byte-level BPE tokenizer on ``texts``, save it in HF format to ``out_dir``, reload it.
 
-  Returns the tokenizer as ``load_tokenizer(out_dir)`` gives it, so callers test exactly what
+  Returns the tokenizer as ``load_tokenizer(out_dir, builtin=True)`` gives it, so callers test exactly what
   later runs will load. ``vocab_size`` is an upper bound on the BPE vocabulary: training stops
   early when the corpus has no more pairs to merge. ``whole_words`` are added after it, one token
   each, matched only as whole words (not inside a longer word).
@@ -177,7 +182,7 @@ def build_tokenizer(out_dir: str | os.PathLike, texts: Sequence[str], vocab_size
   out = Path(out_dir)
   out.mkdir(parents=True, exist_ok=True)
   tok.save_pretrained(str(out))
-  return load_tokenizer(out)
+  return load_tokenizer(out, builtin=True)
 
 
 def builtin_tokenizer_dir(cache_dir: str | os.PathLike | None = None, vocab_size: int = BUILTIN_VOCAB_SIZE,
@@ -222,4 +227,4 @@ def builtin_tokenizer(corpus: Sequence[str], cache_dir: str | os.PathLike | None
           raise
     finally:
       shutil.rmtree(tmp, ignore_errors=True)
-  return load_tokenizer(final)
+  return load_tokenizer(final, builtin=True)

@@ -62,6 +62,22 @@ def _drop_torn_tail(path: Path) -> None:
       f.truncate(data.rfind(b"\n") + 1)
 
 
+def _summary_writer_class():
+  """tensorboardX's SummaryWriter, imported with torch held off where torch is not loaded yet: its writer module
+  imports torch only to accept torch tensors, which cost every run start about 2 s where torch is installed, and this
+  logger passes floats. No code of this package imports torch, so no thread of a run can meet the block; the
+  transformers loaders that do (AutoTokenizer, a model folder's conversion) run before the first log."""
+  if "tensorboardX" in sys.modules or "torch" in sys.modules:
+    from tensorboardX import SummaryWriter
+    return SummaryWriter
+  sys.modules["torch"] = None  # `import torch` raises ImportError while this is set
+  try:
+    from tensorboardX import SummaryWriter
+  finally:
+    del sys.modules["torch"]
+  return SummaryWriter
+
+
 class MetricsLogger:
   """Appends one JSON line per `log` call to `log_dir/metrics.jsonl` and mirrors numbers to TensorBoard.
 
@@ -100,8 +116,7 @@ class MetricsLogger:
   def _tensorboard(self, phase: str):
     folder = self._tb_dir(phase)
     if folder not in self._writers:
-      from tensorboardX import SummaryWriter
-
+      SummaryWriter = _summary_writer_class()
       # Event file names carry only the second and the host, and tensorboardX opens them with "wb": without a
       # unique suffix a writer reopened within the same second (a quick resume) would erase the earlier file.
       suffix = f".{uuid.uuid4().hex[:8]}"
