@@ -216,6 +216,37 @@ def test_interpreter_exit_stops_unclosed_workers():
   assert not any(psutil.pid_exists(int(pid)) for pid in out.stdout.split())
 
 
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
+def test_workers_do_not_rerun_the_main_script_unless_its_env_lives_there(tmp_path, start_method):
+  """A script's top level (a trainer's imports: JAX, transformers) is not rerun in the workers of a package env; a
+  script that defines its env class itself still gets it rerun, so that the class unpickles there, and plays."""
+  marks = tmp_path / "marks"
+  script = tmp_path / "main.py"
+  script.write_text(textwrap.dedent(f"""
+      import os
+      with open({str(marks)!r}, "a") as f:
+        f.write(f"{{os.getpid()}}\\n")
+      from agentopd_jax.envs.countdown.env import CountdownEnv
+      from agentopd_jax.envs.vector import VectorEnv
+
+      class ScriptEnv(CountdownEnv):
+        pass
+
+      if __name__ == "__main__":
+        factory = ScriptEnv if os.environ["ENV_IN_SCRIPT"] == "1" else CountdownEnv
+        with VectorEnv(factory, num_workers=2, start_method={start_method!r}) as vec:
+          obs, _ = vec.reset([1, 2])
+          assert all(obs), obs
+        print(__spec__, __file__)
+  """))
+  for in_script, reruns in (("0", 0), ("1", 2)):
+    marks.write_text("")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=True,
+                         env=dict(os.environ, ENV_IN_SCRIPT=in_script))
+    assert out.stdout.split() == ["None", str(script)]  # the parent's main module is left as it was
+    assert len(marks.read_text().split()) == 1 + reruns, (in_script, out.stderr[-2000:])
+
+
 def test_ray_backend_without_ray_says_how_to_install(monkeypatch):
   monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed, even where it is
   with pytest.raises(ImportError, match="pip install"):

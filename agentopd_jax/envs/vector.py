@@ -31,11 +31,14 @@ rather than failing every episode later.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import multiprocessing
 import multiprocessing.connection
 import os
+import pickle
 import signal
+import sys
 import time
 import traceback
 import weakref
@@ -116,6 +119,27 @@ def _worker_main(conn, factory, num_envs: int):
     host.close()
 
 
+@contextlib.contextmanager
+def _main_not_rerun(factory):
+  """While a worker starts: spawn (and forkserver) rerun the parent's main script in every worker, as `__mp_main__`,
+  so that objects defined there unpickle. For `experiments/train.py` that is the whole trainer's imports, JAX and
+  transformers among them: seconds of CPU and hundreds of MB in each worker, for env code that needs none of it. The
+  main module is hidden from the start unless the factory's pickle names `__main__` (an env defined in a script)."""
+  main = sys.modules.get("__main__")
+  hidden = {name: getattr(main, name) for name in ("__file__", "__spec__") if getattr(main, name, None) is not None}
+  if not hidden or b"__main__" in pickle.dumps(factory):
+    yield
+    return
+  main.__spec__ = None
+  if "__file__" in hidden:
+    del main.__file__
+  try:
+    yield
+  finally:
+    for name, value in hidden.items():
+      setattr(main, name, value)
+
+
 class _ProcessBackend:
   """One `multiprocessing` process per worker, talking over a pipe.
 
@@ -135,7 +159,8 @@ class _ProcessBackend:
     conn, child_conn = self._ctx.Pipe()
     proc = self._ctx.Process(target=_worker_main, args=(child_conn, self._factory, self._sizes[w]),
                              name=f"VectorEnv-worker-{w}")
-    proc.start()
+    with _main_not_rerun(self._factory):
+      proc.start()
     child_conn.close()  # only the worker holds its end now, so its death reads as EOF here
     self._procs[w], self._conns[w] = proc, conn
 
