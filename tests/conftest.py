@@ -118,6 +118,20 @@ def tiny_scoring_batch():
                            loss_mask=mask, advantages=jnp.zeros((2, 8)), old_logprobs=jnp.zeros((2, 8)))
 
 
+def assert_loss_sums_over_rows(objective, scores, batch, cfg, norm):
+  """The loss and every metric of `objective` on a batch equal the sums over its rows scored one at a time with the
+  batch's normaliser: what lets the train step add micro-batches' losses and metrics instead of averaging them."""
+  import jax
+  import numpy as np
+
+  whole_loss, whole = objective.loss(scores, batch, cfg, norm)
+  rows = [jax.tree.map(lambda x, i=i: x[i:i + 1], (scores, batch)) for i in range(batch.loss_mask.shape[0])]
+  parts = [objective.loss(s, b, cfg, norm) for s, b in rows]
+  np.testing.assert_allclose(sum(p[0] for p in parts), whole_loss, rtol=1e-6, atol=1e-7)
+  for name in whole:
+    np.testing.assert_allclose(sum(p[1][name] for p in parts), whole[name], rtol=1e-5, atol=1e-7, err_msg=name)
+
+
 @pytest.fixture(scope="module")
 def alfworld_games_root(tmp_path_factory):
   """12 training and 8 validation games, generated into a module's tmp folder (needs the alfworld wheel)."""

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import assert_loss_sums_over_rows
 from agentopd_jax.batching.collate import TrainBatch, collate
 from agentopd_jax.batching.samples import Sample
 from agentopd_jax.methods.agentic_opd.losses import (lad_mask, opd_policy_loss, problem_success_rates,
@@ -324,15 +325,7 @@ def test_agentic_opd_sums_over_micro_batches(mode, variant):
              variant=variant)
   scores, batch = _opd_batch(distill_mask=jnp.array([[0, 1, 1, 1], [0, 0, 0, 0]], jnp.float32))
   obj = get_objective("agentic_opd")
-  norm = normalizer_for(batch.loss_mask)
-  whole_loss, whole = obj.loss(scores, batch, cfg, norm)
-
-  def rows(tree, i):
-    return jax.tree.map(lambda x: x[i:i + 1], tree)
-  parts = [obj.loss(rows(scores, i), rows(batch, i), cfg, norm) for i in range(2)]
-  np.testing.assert_allclose(parts[0][0] + parts[1][0], whole_loss, rtol=1e-6)
-  for name in whole:
-    np.testing.assert_allclose(parts[0][1][name] + parts[1][1][name], whole[name], rtol=1e-5, atol=1e-7, err_msg=name)
+  assert_loss_sums_over_rows(obj, scores, batch, cfg, normalizer_for(batch.loss_mask))
 
 
 def test_agentic_opd_gradients_reach_the_student_only():

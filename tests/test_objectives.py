@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import assert_loss_sums_over_rows
 from agentopd_jax.batching.collate import TrainBatch
 from agentopd_jax.objectives import (AGG_MODES, LossCore, LossParams, Normalizer, agg_loss, broadcast_to_tokens,
                                      get_advantage_estimator, get_objective, grpo_advantages, kl_penalty,
@@ -411,15 +412,7 @@ def test_grpo_loss_sums_over_micro_batches():
   cfg = LossParams(core=LossCore(kl_coef=0.05, entropy_coef=0.01, loss_agg_mode="seq-mean-token-mean"))
   scores, batch = _tiny_batch()
   obj = get_objective("grpo")
-  norm = normalizer_for(batch.loss_mask)
-  whole_loss, whole = obj.loss(scores, batch, cfg, norm)
-
-  def rows(tree, i):
-    return jax.tree.map(lambda x: x[i:i + 1], tree)
-  parts = [obj.loss(rows(scores, i), rows(batch, i), cfg, norm) for i in range(2)]
-  np.testing.assert_allclose(parts[0][0] + parts[1][0], whole_loss, rtol=1e-6)
-  for name in whole:
-    np.testing.assert_allclose(parts[0][1][name] + parts[1][1][name], whole[name], rtol=1e-5, atol=1e-7, err_msg=name)
+  assert_loss_sums_over_rows(obj, scores, batch, cfg, normalizer_for(batch.loss_mask))
 
 
 def test_grpo_without_kl_or_entropy_branches():

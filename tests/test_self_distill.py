@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import assert_loss_sums_over_rows
 from agentopd_jax.batching.collate import TrainBatch
 from agentopd_jax.methods.sdar.losses import (reverse_kl_score, rlsd_advantages, rlsd_lambda, sampled_reverse_kl,
                                              sdar_gate, sdar_loss, skill_sd_per_token, topk_forward_kl, topk_jsd,
@@ -589,15 +590,7 @@ def test_metrics_sum_over_micro_batches(mode, name, extra):
   core = LossCore(loss_agg_mode=mode, kl_coef=0.01, entropy_coef=0.01)
   cfg = LossParams(name, core, SdarConfig(**extra) if extra else None)
   obj = get_objective(name)
-  norm = normalizer_for(batch.loss_mask)
-  whole_loss, whole = obj.loss(scores, batch, cfg, norm)
-
-  def rows(tree, i):
-    return jax.tree.map(lambda x: x[i:i + 1], tree)
-  parts = [obj.loss(rows(scores, i), rows(batch, i), cfg, norm) for i in range(2)]
-  np.testing.assert_allclose(parts[0][0] + parts[1][0], whole_loss, rtol=1e-6, atol=1e-7)
-  for key in whole:
-    np.testing.assert_allclose(parts[0][1][key] + parts[1][1][key], whole[key], rtol=1e-5, atol=1e-7, err_msg=key)
+  assert_loss_sums_over_rows(obj, scores, batch, cfg, normalizer_for(batch.loss_mask))
 
 
 # ---------------------------------------------------------------- end to end through the scorer
