@@ -12,8 +12,8 @@ from agentopd_jax.models import config as model_config, transformer
 from agentopd_jax.methods.agentic_opd.config import AgenticOpdConfig
 from agentopd_jax.objectives.registry import LossCore, LossParams
 from agentopd_jax.parallel.sharding import make_mesh
-from agentopd_jax.training.train_step import (OptimConfig, init_state, learning_rate_schedule, make_minibatches,
-                                              make_optimizer, make_train_step, split_minibatches)
+from agentopd_jax.training.train_step import (OptimConfig, cached_train_step, init_state, learning_rate_schedule,
+                                              make_minibatches, make_optimizer, make_train_step, split_minibatches)
 
 CONFIG = model_config.preset("tiny", vocab_size=256, hidden_size=64, intermediate_size=128, num_layers=2,
                              num_heads=4, num_kv_heads=2, head_dim=16)
@@ -75,6 +75,22 @@ def test_micro_batch_accumulation_is_exact():
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-6, rtol=2e-5)
   for k in mw[0]:
     np.testing.assert_allclose(mw[0][k], mp[0][k], rtol=2e-5, atol=1e-6, err_msg=k)
+
+
+def test_a_cached_step_is_shared_by_equal_configs_and_trains_as_a_fresh_one():
+  """Runs in one process that build the step from equal (model, loss, optimizer config) get one step object, whose
+  traced programs they share, and it updates a state as a step of its own optimizer would, bit for bit."""
+  step = cached_train_step(CONFIG, LOSS, OPTIM, with_reference=True)
+  assert cached_train_step(CONFIG, LOSS, OptimConfig(learning_rate=1e-3, warmup_steps=2), with_reference=True) is step
+  assert cached_train_step(CONFIG, LOSS, OptimConfig(learning_rate=2e-3, warmup_steps=2), with_reference=True) \
+      is not step
+  fresh, _ = _train()
+  optimizer = make_optimizer(OPTIM)  # the run's own, for its state
+  state = init_state(_params(), optimizer, jax.tree.map(jnp.copy, _params()), model=CONFIG)
+  for s in range(2):
+    state, _ = step(state, split_minibatches(_batch(seed=s), 8, 4)[0])
+  for a, b in zip(jax.tree.leaves(fresh), jax.tree.leaves(state)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 def test_non_finite_loss_skips_the_update():
