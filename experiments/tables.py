@@ -96,19 +96,17 @@ def markers(folder: Path, block: Block = Block()):
 
 
 def endpoint(t: Table, row: str, temperature: str) -> Dict[int, float]:
-  """{seed: success %} of one row: the last validation (T = 1.0), or the last checkpoint re-evaluated (T = 0.4)."""
-  if row == "vanilla" and temperature == "1.0":  # the shared step-0 validation, as every run of the seed logged it
-    return {s: r.val[0] for s, r in t.runs.get(BASELINE, {}).items()}
+  """{seed: success %} of one row at `temperature`: the last checkpoint's evaluation there, or its last validation
+  where the run validated at that temperature (T = 1.0 on ALFWorld; search-QA's runs validate at 0.4)."""
   if row in ("vanilla", "skill_prompt"):
-    return {s: v[f"{row}@{temperature}"] for s, v in t.warm.items() if f"{row}@{temperature}" in v}
+    out = {s: v[f"{row}@{temperature}"] for s, v in t.warm.items() if f"{row}@{temperature}" in v}
+    if row == "vanilla":  # else the shared step-0 validation, as every run of the seed logged it
+      out.update({s: r.val[0] for s, r in t.runs.get(BASELINE, {}).items()
+                  if s not in out and r.val_temperature == float(temperature)})
+    return out
   method, skills = row.split("+")[0], row.endswith("+skills")
-  out = {}
-  for seed, r in t.runs.get(method, {}).items():
-    value = (last_validation(r, skills) if temperature == "1.0"
-             else r.evals.get(f"skills_T{temperature}" if skills else f"T{temperature}"))
-    if value is not None:
-      out[seed] = value
-  return out
+  values = {seed: r.success_at(float(temperature), skills) for seed, r in t.runs.get(method, {}).items()}
+  return {seed: v for seed, v in values.items() if v is not None}
 
 
 def main_rows(plan: Dict[str, List[int]]):

@@ -242,3 +242,31 @@ def test_horizon_table_by_hand(tmp_path):
                         "| OPSD | teacher gap Δ | – | -0.200 |"]
   assert lines[6:8] == ["| SDAR | validation success, T = 1.0 (%) | 12.5 | 50.0 |", "| SDAR | teacher gap Δ | – | 0.200 |"]
   assert lines[-1] == "Not run yet: GRPO seed 0, GRPO seed 1, GRPO+OPSD-RKL seed 0, GRPO+OPSD-RKL seed 1, SDAR seed 1."
+
+
+def test_the_endpoint_at_each_temperature_by_hand(tmp_path):
+  """A run that validates at T = 0.4 (search-QA's config) counts its last validation at 0.4 and its last checkpoint's
+  evaluation at 1.0; one that validates at 1.0 (ALFWorld's), the reverse; without the evaluation its cell is empty.
+  The warm start's T = 1.0 row is its evaluation where the runs validated elsewhere."""
+  report = _tables_script()
+  folder = tmp_path / "table"
+
+  def run(name, seed, temperature, success, evals):
+    d = folder / f"{name}-s{seed}"
+    d.mkdir(parents=True)
+    lines = [{"phase": "val", "step": step, "val/success_rate": v} for step, v in zip((0, 8), success)]
+    (d / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines))
+    (d / "summary.json").write_text("{}")
+    (d / "config.json").write_text(json.dumps({"validation": {"temperature": temperature}}))
+    for name, rate in evals.items():
+      (d / f"eval_{name}.json").write_text(json.dumps({"success_rate": rate}))
+  run("default", 0, 0.4, (0.125, 0.25), {"T1.0": 0.0625})
+  run("default", 1, 0.4, (0.125, 0.5), {})
+  run("sdar", 0, 1.0, (0.125, 0.75), {"T0.4": 0.375})
+  (folder / "warm_start").mkdir()
+  (folder / "warm_start" / "eval_vanilla_T1.0_s0.json").write_text(json.dumps({"success_rate": 0.03125}))
+  table = report.load_table(folder)
+  assert report.endpoint(table, "default", "1.0") == {0: 6.25}
+  assert report.endpoint(table, "default", "0.4") == {0: 25.0, 1: 50.0}
+  assert report.endpoint(table, "sdar", "1.0") == {0: 75.0} and report.endpoint(table, "sdar", "0.4") == {0: 37.5}
+  assert report.endpoint(table, "vanilla", "1.0") == {0: 3.125}  # seed 1's runs validated at 0.4: no T = 1.0 row

@@ -23,14 +23,23 @@ from agentopd_jax.storage.logs import renamed
 
 @dataclasses.dataclass
 class Record:
-  """One trained run's record: validation success by step (%; `val_skills`: Skill-GRPO's panel with its skills),
-  its evaluations by name (%; `eval_groups`: per task group, "All" included), and its per-iteration training
-  metrics."""
+  """One trained run's record: validation success by step (%; `val_skills`: Skill-GRPO's panel with its skills) and
+  the temperature it validated at, its evaluations by name (%; `eval_groups`: per task group, "All" included), and
+  its per-iteration training metrics."""
   val: Dict[int, float]
   val_skills: Dict[int, float]
   evals: Dict[str, float]
   train: List[dict]
   eval_groups: Dict[str, Dict[str, float]] = dataclasses.field(default_factory=dict)
+  val_temperature: float = 1.0
+
+  def success_at(self, temperature: float, skills: bool = False) -> Optional[float]:
+    """Success % of the last checkpoint at `temperature`: its evaluation there (`eval_[skills_]T<temperature>`), else
+    the last validation when the run validated at that temperature; None when neither was made."""
+    name = f"skills_T{temperature}" if skills else f"T{temperature}"
+    if name in self.evals:
+      return self.evals[name]
+    return last_validation(self, skills) if self.val_temperature == temperature else None
 
   def series(self, key: str) -> Dict[int, float]:
     """{iteration: value} of one training metric, where logged."""
@@ -57,12 +66,14 @@ def load_record(folder: Path) -> Record:
   lines = [renamed(json.loads(line)) for line in (folder / "metrics.jsonl").read_text().splitlines()]
   val = {r["step"]: r for r in lines if r.get("phase") == "val"}
   reports = {p.stem[len("eval_"):]: json.loads(p.read_text()) for p in sorted(folder.glob("eval_*.json"))}
+  config = folder / "config.json"
+  temperature = json.loads(config.read_text())["validation"]["temperature"] if config.exists() else 1.0
   return Record(val={s: 100.0 * r["val/success_rate"] for s, r in val.items()},
                 val_skills={s: 100.0 * r["val_skills/success_rate"] for s, r in val.items()
                             if "val_skills/success_rate" in r},
                 evals={name: 100.0 * r["success_rate"] for name, r in reports.items()},
                 train=[r for r in lines if r.get("phase") == "train"],
-                eval_groups={name: eval_groups(r) for name, r in reports.items()})
+                eval_groups={name: eval_groups(r) for name, r in reports.items()}, val_temperature=float(temperature))
 
 
 def load_table(folder: Path) -> Table:
