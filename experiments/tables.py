@@ -470,7 +470,8 @@ def plot(folder: Path, path: str, against: str = "", horizon: bool = False) -> N
       ax.plot(steps, mean, marker="o", label=LABELS.get(method, method))
       ax.fill_between(steps, mean - sd, mean + sd, alpha=0.15)
     ax.set_xlabel("GRPO iteration")
-    ax.set_ylabel("validation success, T = 1.0 (%)")
+    temperatures = sorted({r.val_temperature for runs in t.runs.values() for r in runs.values()} or {1.0})
+    ax.set_ylabel(f"validation success, T = {', '.join(map(str, temperatures))} (%)")
     ax.legend(fontsize=7)
     if against:
       method = against.rsplit(":", 1)[1]
