@@ -5,9 +5,9 @@ search warm start that reads skills:
 
 The warm start (`runs/sdar_search/warm_start`, made by that command) imitates the question searcher, which searches
 the question as written, and on half of its demonstration questions also the oracle searcher, which does what the
-shipped search skills say, behind SDAR's privileged skill prompt (`sft.skill_fraction=0.5`), as ALFWorld's does. Search-QA's config validates at
-T = 0.4, so the curves are at 0.4 and the table's T = 1.0 endpoint is each last checkpoint's evaluation at 1.0, which
-the driver makes.
+shipped search skills say, behind SDAR's privileged skill prompt (`sft.skill_fraction=0.5`), as ALFWorld's does.
+Search-QA's config validates at T = 0.4, so the curves are at 0.4 and the table's T = 1.0 endpoint is each last
+checkpoint's evaluation at 1.0, which the driver makes.
 """
 import ml_collections
 
