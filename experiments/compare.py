@@ -1,9 +1,9 @@
 """Paper-style comparison tables from finished runs and sweeps (layout: agentopd_jax/eval/compare.py).
 
-  python experiments/compare.py runs/sweeps/opid_w                      # a sweep folder (its sweep.json)
-  python experiments/compare.py grpo=runs/sdar_exp/grpo_s0,runs/sdar_exp/grpo_s1 opid=runs/opid_exp/opid_s0,... \
-      --baseline=grpo --csv /tmp/t.csv --plot /tmp/t.png
-  python experiments/compare.py runs/sdar_exp --step=4                  # a folder of runs, at validation step 4
+  python experiments/compare.py runs/sdar_table                         # a sweep folder (its sweep.json)
+  python experiments/compare.py grpo=runs/sdar_table/default-s0,runs/sdar_table/default-s1 \
+      sdar=runs/sdar_table/sdar-s0,runs/sdar_table/sdar-s1 --baseline=grpo --csv /tmp/t.csv --plot /tmp/t.png
+  python experiments/compare.py runs/sdar_table --step=4                # a folder of runs, at validation step 4
   python experiments/compare.py runs/sweeps/forgetting_opd --since=0    # what each method changed from its start
 
 Prints one markdown table per env: mean ± sd over seeds of each method's validation success (%) per task type / data

@@ -1,9 +1,9 @@
 """Runs a sweep: every point of an ml_collections sweep file as its own `experiments/train.py` process.
 
-  python experiments/sweep.py --sweep=configs/sweeps/opid_w.py                 # one point at a time
-  python experiments/sweep.py --sweep=configs/sweeps/opid_w.py --parallel=2
-  python experiments/sweep.py --sweep=configs/sweeps/opid_w.py --print_commands  # for a cluster scheduler
-  python experiments/sweep.py --sweep=configs/sweeps/opid_w.py --sweep.seeds='(0,)' --sweep.root=/tmp/w
+  python experiments/sweep.py --sweep=configs/sweeps/sdar_table.py                 # one point at a time
+  python experiments/sweep.py --sweep=configs/sweeps/sdar_table.py --parallel=2
+  python experiments/sweep.py --sweep=configs/sweeps/sdar_table.py --print_commands  # for a cluster scheduler
+  python experiments/sweep.py --sweep=configs/sweeps/sdar_table.py --sweep.seeds='(0,)' --sweep.root=/tmp/t
 
 The sweep file's fields are in agentopd_jax/training/sweep.py. Finished points (summary.json) are skipped and
 started ones resume, so the same command continues an interrupted sweep. Each point logs to <workdir>/train.log;
