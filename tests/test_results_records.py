@@ -270,3 +270,38 @@ def test_the_endpoint_at_each_temperature_by_hand(tmp_path):
   assert report.endpoint(table, "default", "0.4") == {0: 25.0, 1: 50.0}
   assert report.endpoint(table, "sdar", "1.0") == {0: 75.0} and report.endpoint(table, "sdar", "0.4") == {0: 37.5}
   assert report.endpoint(table, "vanilla", "1.0") == {0: 3.125}  # seed 1's runs validated at 0.4: no T = 1.0 row
+
+
+def test_webshops_task_score_is_tabled_beside_success_by_hand(tmp_path):
+  """WebShop's runs log a task score beside success: the table gets a second block of the same rows from the same
+  sources (the last validation at its temperature, else the last checkpoint's evaluation; the warm start's
+  evaluations), and an env without a score (ALFWorld's records) gets none."""
+  report = _tables_script()
+  folder = tmp_path / "table"
+  key = "val/webshop_task_score (not success_rate)"
+
+  def run(name, scores, evals):
+    d = folder / f"{name}-s0"
+    d.mkdir(parents=True)
+    lines = [{"phase": "val", "step": step, "val/success_rate": 0.0, key: v} for step, v in zip((0, 8), scores)]
+    (d / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines))
+    (d / "summary.json").write_text("{}")
+    (d / "config.json").write_text(json.dumps({"validation": {"temperature": 0.4}}))
+    for name, (rate, score) in evals.items():
+      (d / f"eval_{name}.json").write_text(json.dumps({"success_rate": rate, "task_score_mean": score}))
+  run("default", (0.25, 0.375), {"T1.0": (0.0, 0.125)})
+  run("sdar", (0.25, 0.5), {"T1.0": (0.0625, 0.25)})
+  (folder / "warm_start").mkdir()
+  (folder / "warm_start" / "eval_vanilla_T1.0_s0.json").write_text(
+      json.dumps({"success_rate": 0.0, "task_score_mean": 0.0625}))
+  table = report.load_table(folder)
+  assert report.endpoint(table, "default", "0.4", score=True) == {0: 37.5}
+  assert report.endpoint(table, "sdar", "1.0", score=True) == {0: 25.0}
+  assert report.endpoint(table, "vanilla", "1.0", score=True) == {0: 6.25}
+  assert report.endpoint(table, "vanilla", "0.4", score=True) == {0: 25.0}   # the GRPO run's step-0 validation
+  text = report.report(folder)
+  block = text.split("WebShop's task score")[1]
+  assert "| Vanilla (warm start) | 0 | 6.2 | -6.2 (1 seed) | – | 25.0 | -12.5 (1 seed) |" in block
+  assert "| GRPO | 0 | 12.5 | – | – | 37.5 | – |" in block
+  assert "| SDAR | 0 | 25.0 | +12.5 (1 seed) | – | 50.0 | +12.5 (1 seed) |" in block
+  assert "WebShop's task score" not in report.report(report.Path(ROOT) / "results" / "sdar_table")

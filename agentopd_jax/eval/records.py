@@ -18,28 +18,40 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from agentopd_jax.eval.compare import holm, paired, paired_ci
+from agentopd_jax.envs.verl_agent.metrics import WEBSHOP_SCORE_KEY
 from agentopd_jax.storage.logs import renamed
+
+VAL_SCORE = f"val/{WEBSHOP_SCORE_KEY}"
 
 
 @dataclasses.dataclass
 class Record:
   """One trained run's record: validation success by step (%; `val_skills`: Skill-GRPO's panel with its skills) and
   the temperature it validated at, its evaluations by name (%; `eval_groups`: per task group, "All" included), and
-  its per-iteration training metrics."""
+  its per-iteration training metrics. `val_score`, `eval_scores`: the same for WebShop's task score (the mean
+  episode score, 0–100), where the env reports one."""
   val: Dict[int, float]
   val_skills: Dict[int, float]
   evals: Dict[str, float]
   train: List[dict]
   eval_groups: Dict[str, Dict[str, float]] = dataclasses.field(default_factory=dict)
   val_temperature: float = 1.0
+  val_score: Dict[int, float] = dataclasses.field(default_factory=dict)
+  eval_scores: Dict[str, float] = dataclasses.field(default_factory=dict)
 
-  def success_at(self, temperature: float, skills: bool = False) -> Optional[float]:
-    """Success % of the last checkpoint at `temperature`: its evaluation there (`eval_[skills_]T<temperature>`), else
-    the last validation when the run validated at that temperature; None when neither was made."""
+  def success_at(self, temperature: float, skills: bool = False, score: bool = False) -> Optional[float]:
+    """Success % (`score`: the task score) of the last checkpoint at `temperature`: its evaluation there
+    (`eval_[skills_]T<temperature>`), else the last validation when the run validated at that temperature; None when
+    neither was made."""
     name = f"skills_T{temperature}" if skills else f"T{temperature}"
-    if name in self.evals:
-      return self.evals[name]
-    return last_validation(self, skills) if self.val_temperature == temperature else None
+    evals = self.eval_scores if score else self.evals
+    if name in evals:
+      return evals[name]
+    if self.val_temperature != temperature:
+      return None
+    if score:
+      return self.val_score[max(self.val_score)] if self.val_score and not skills else None
+    return last_validation(self, skills)
 
   def series(self, key: str) -> Dict[int, float]:
     """{iteration: value} of one training metric, where logged."""
@@ -48,13 +60,16 @@ class Record:
 
 @dataclasses.dataclass
 class Table:
-  """What a table's folder holds: `runs[method][seed]` and `warm[seed]["<row>@<temperature>"]` (%)."""
+  """What a table's folder holds: `runs[method][seed]` and `warm[seed]["<row>@<temperature>"]` (success %;
+  `warm_score`: the task score, where the env reports one)."""
   runs: Dict[str, Dict[int, Record]]
   warm: Dict[int, Dict[str, float]]
+  warm_score: Dict[int, Dict[str, float]] = dataclasses.field(default_factory=dict)
 
 
-def _success(path: Path) -> float:
-  return 100.0 * json.loads(path.read_text())["success_rate"]
+def _score(report: dict) -> Optional[float]:
+  """An evaluation report's task score (0–100), None where the env reports none."""
+  return None if report.get("task_score_mean") is None else 100.0 * report["task_score_mean"]
 
 
 def eval_groups(report: dict) -> Dict[str, float]:
@@ -73,7 +88,9 @@ def load_record(folder: Path) -> Record:
                             if "val_skills/success_rate" in r},
                 evals={name: 100.0 * r["success_rate"] for name, r in reports.items()},
                 train=[r for r in lines if r.get("phase") == "train"],
-                eval_groups={name: eval_groups(r) for name, r in reports.items()}, val_temperature=float(temperature))
+                eval_groups={name: eval_groups(r) for name, r in reports.items()}, val_temperature=float(temperature),
+                val_score={s: 100.0 * r[VAL_SCORE] for s, r in val.items() if r.get(VAL_SCORE) is not None},
+                eval_scores={name: _score(r) for name, r in reports.items() if _score(r) is not None})
 
 
 def load_table(folder: Path) -> Table:
@@ -86,11 +103,15 @@ def load_table(folder: Path) -> Table:
     if m and (record / "summary.json").exists():
       runs.setdefault(m[1], {})[int(m[2])] = load_record(record)
   warm: Dict[int, Dict[str, float]] = {}
+  warm_score: Dict[int, Dict[str, float]] = {}
   for path in sorted((Path(folder) / "warm_start").glob("eval_*_s*.json")):
     m = re.fullmatch(r"eval_(\w+)_T([\d.]+)_s(\d+)\.json", path.name)
     if m:
-      warm.setdefault(int(m[3]), {})[f"{m[1]}@{m[2]}"] = _success(path)
-  return Table(runs, warm)
+      report = json.loads(path.read_text())
+      warm.setdefault(int(m[3]), {})[f"{m[1]}@{m[2]}"] = 100.0 * report["success_rate"]
+      if _score(report) is not None:
+        warm_score.setdefault(int(m[3]), {})[f"{m[1]}@{m[2]}"] = _score(report)
+  return Table(runs, warm, warm_score)
 
 
 def last_validation(record: Record, skills: bool = False) -> Optional[float]:
