@@ -5,8 +5,10 @@ a validation and a checkpoint write (`agentopd_jax.faults`), rerun the same comm
 finished run equals an uninterrupted one bit for bit: parameters, checkpoint records and logged metrics.
 """
 import functools
+import importlib.util
 import json
 import os
+import pathlib
 import random
 import re
 import shutil
@@ -112,19 +114,20 @@ def test_run_records_checkpoints_outcomes_and_logs(uninterrupted):
 def test_a_record_names_the_machine_of_each_start(uninterrupted, tmp_path):
   """record_run keeps the run's machine.jsonl; a run whose code wrote none is recorded with this machine only when
   --ran_here says it ran here, and --ran_here on a run that names its machine is refused."""
-  record = [sys.executable, os.path.join(ROOT, "experiments", "record_run.py")]
-  subprocess.run(record + [uninterrupted, str(tmp_path / "rec")], check=True, cwd=ROOT, capture_output=True)
+  subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "record_run.py"), uninterrupted,
+                  str(tmp_path / "rec")], check=True, cwd=ROOT, capture_output=True)  # the command, once
   assert machine.read(tmp_path / "rec") == machine.read(uninterrupted)
-  refused = subprocess.run(record + ["--ran_here", uninterrupted, str(tmp_path / "x")], cwd=ROOT, capture_output=True,
-                           text=True)
-  assert refused.returncode != 0 and "names its machine itself" in refused.stderr
+  spec = importlib.util.spec_from_file_location("record_run", os.path.join(ROOT, "experiments", "record_run.py"))
+  record_run = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(record_run)  # the rest in-process: each start of the script costs seconds
+  with pytest.raises(SystemExit, match="names its machine itself"):
+    record_run.record(pathlib.Path(uninterrupted), tmp_path / "x", ran_here=True)
   older = tmp_path / "older"  # a run as code without storage.machine left it
   shutil.copytree(uninterrupted, older)
   os.remove(older / machine.FILE)
-  subprocess.run(record + [str(older), str(tmp_path / "plain")], check=True, cwd=ROOT, capture_output=True)
+  record_run.record(older, tmp_path / "plain", ran_here=False)
   assert not (tmp_path / "plain" / machine.FILE).exists()
-  subprocess.run(record + ["--ran_here", str(older), str(tmp_path / "here")], check=True, cwd=ROOT,
-                 capture_output=True)
+  record_run.record(older, tmp_path / "here", ran_here=True)
   (here,) = machine.read(tmp_path / "here")
   assert here["recorded_by_this_machine"] and here["cpu"] == machine.describe()["cpu"]
 
