@@ -447,8 +447,8 @@ def _forest(fx, rows: List[dict], reference: str) -> None:
 
 
 def plot(folder: Path, path: str, against: str = "", horizon: bool = False) -> None:
-  """Main table: validation success over iterations per method (seed mean, band ± sd) and the paired differences
-  against GRPO at T = 1.0 with their 95 % CIs; `against`: the same two panels against that method. Horizon: each of
+  """Main table: validation success (WebShop's: its task score) over iterations per method (seed mean, band ± sd)
+  and the paired differences of success against GRPO at T = 1.0 with their 95 % CIs; `against`: the same two panels against that method. Horizon: each of
   its quantities over the iterations."""
   import matplotlib
   matplotlib.use("Agg")
@@ -469,16 +469,20 @@ def plot(folder: Path, path: str, against: str = "", horizon: bool = False) -> N
   else:
     fig, (ax, fx) = plt.subplots(1, 2, figsize=(11, 4))
     ax.set_prop_cycle(color=plt.cm.tab20.colors)  # up to 20 arms without a repeated colour
+    # WebShop's runs log a task score: its curve, where full success stays near zero
+    scores = bool(t.runs) and all(r.val_score for runs in t.runs.values() for r in runs.values())
     for method, runs in sorted(t.runs.items()):
-      steps = sorted(set.intersection(*(set(r.val) for r in runs.values())))
-      curve = np.array([[r.val[s] for s in steps] for r in runs.values()])
+      vals = [r.val_score if scores else r.val for r in runs.values()]
+      steps = sorted(set.intersection(*(set(v) for v in vals)))
+      curve = np.array([[v[s] for s in steps] for v in vals])
       mean = curve.mean(0)
       sd = curve.std(0, ddof=1) if len(curve) > 1 else np.zeros(len(steps))
       ax.plot(steps, mean, marker="o", label=LABELS.get(method, method))
       ax.fill_between(steps, mean - sd, mean + sd, alpha=0.15)
     ax.set_xlabel("GRPO iteration")
     temperatures = sorted({r.val_temperature for runs in t.runs.values() for r in runs.values()} or {1.0})
-    ax.set_ylabel(f"validation success, T = {', '.join(map(str, temperatures))} (%)")
+    measure, unit = ("task score", "0–100") if scores else ("success", "%")
+    ax.set_ylabel(f"validation {measure}, T = {', '.join(map(str, temperatures))} ({unit})")
     ax.legend(fontsize=7)
     if against:
       method = against.rsplit(":", 1)[1]
