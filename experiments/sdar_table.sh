@@ -24,8 +24,8 @@
 #    KM-retrieved skills before the chat template, as SDAR's teacher reads them); the trained rows
 #    (configs/sweeps/$TABLE.py); every trained row's last checkpoint at T = 0.4, and Skill-GRPO's with its skills in
 #    the prompt at T = 0.4. Where a config validates at another temperature than the endpoint's T = 1.0 (search-QA's
-#    at 0.4), the warm start and every last checkpoint are also evaluated at 1.0. Each finished run and evaluation is
-#    recorded in results/$TABLE.
+#    and WebShop's at 0.4), the warm start and every last checkpoint are evaluated at 1.0 instead, the run's last
+#    validation being its T = 0.4 row. Each finished run and evaluation is recorded in results/$TABLE.
 # 3. experiments/tables.py regenerates the table and its plots from results/sdar_table alone.
 set -euo pipefail
 SEEDS=${SEEDS:-"0 1 2 3 4"}
@@ -60,22 +60,23 @@ evaluate() {  # workdir step seed name extra-flags...: experiments/evaluate.py i
   fi
 }
 
-validates_at_1() {  # workdir: whether its run validates at T = 1.0, the endpoint (search-QA's config: at 0.4)
-  python -c "import json, sys; sys.exit(json.load(open(sys.argv[1] + '/config.json'))['validation']['temperature'] != 1.0)" "$1"
+validates_at() {  # workdir T: whether its run validates at T (ALFWorld's at 1.0, the endpoint; search-QA's at 0.4)
+  python -c "import json, sys; sys.exit(json.load(open(sys.argv[1] + '/config.json'))['validation']['temperature'] != float(sys.argv[2]))" "$1" "$2"
 }
 
 for seed in $SEEDS; do
   # The warm start's rows first: Skill-Prompt measures whether skills help this checkpoint before any run counts.
   evaluate "$WARM" 0 "$seed" vanilla_T0.4 --config.validation.temperature=0.4
-  validates_at_1 "$WARM" || evaluate "$WARM" 0 "$seed" vanilla_T1.0 --config.validation.temperature=1.0
+  validates_at "$WARM" 1.0 || evaluate "$WARM" 0 "$seed" vanilla_T1.0 --config.validation.temperature=1.0
   evaluate "$WARM" 0 "$seed" skill_prompt_T1.0 --skill_prompt=raw --config.skills.retrieval=km --config.validation.temperature=1.0
   evaluate "$WARM" 0 "$seed" skill_prompt_T0.4 --skill_prompt=raw --config.skills.retrieval=km --config.validation.temperature=0.4
   python experiments/sweep.py --sweep=$SWEEP --sweep.seeds="($seed,)" || echo "[sdar_table] seed $seed: a run failed"
   for run in "$OUT"/*-s"$seed"; do
     [ -f "$run/summary.json" ] || continue
     [ -d "$RESULTS/$(basename "$run")" ] || python experiments/record_run.py "$run" "$RESULTS/$(basename "$run")"
-    evaluate "$run" latest "$seed" T0.4 --config.validation.temperature=0.4
-    validates_at_1 "$run" || evaluate "$run" latest "$seed" T1.0 --config.validation.temperature=1.0
+    # A run's last validation is its last checkpoint evaluated at that temperature (tests/test_trainer.py).
+    validates_at "$run" 0.4 || evaluate "$run" latest "$seed" T0.4 --config.validation.temperature=0.4
+    validates_at "$run" 1.0 || evaluate "$run" latest "$seed" T1.0 --config.validation.temperature=1.0
   done
   [ ! -f "$OUT/skill_grpo-s$seed/summary.json" ] || evaluate "$OUT/skill_grpo-s$seed" latest "$seed" skills_T0.4 --skill_prompt=user --config.skills.retrieval=km --config.validation.temperature=0.4
 done
