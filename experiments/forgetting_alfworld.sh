@@ -37,8 +37,9 @@ python experiments/forgetting.py --then="$POOL/eval_8/eval.json" --now="$POOL/ev
 python experiments/coverage.py --run_dir="$POOL" --student_step=latest
 python experiments/coverage.py --run_dir="$POOL" --student_step=latest --solved_rule=majority --out="$POOL/coverage_majority"
 # A pool record of another pool (its checkpoints gone, the pool remade on another CPU) would keep its confirmations.
-if [ -f results/forgetting/pool-s0/metrics.jsonl ] && ! cmp -s results/forgetting/pool-s0/metrics.jsonl "$POOL/logs/metrics.jsonl"; then
-  echo "[forgetting] results/forgetting/pool-s0 records another pool than $POOL: move it away first" >&2
+RECORD=results/forgetting/pool-s0
+if [ -f "$RECORD/metrics.jsonl" ] && ! cmp -s "$RECORD/metrics.jsonl" "$POOL/logs/metrics.jsonl"; then
+  echo "[forgetting] $RECORD records another pool than $POOL: move it away first" >&2
   exit 1
 fi
 RUNS=$POOL NAME=pool-s0 METHOD=pool RESULTS=results/forgetting bash experiments/coverage_confirm.sh

@@ -61,7 +61,8 @@ evaluate() {  # workdir step seed name extra-flags...: experiments/evaluate.py i
 }
 
 validates_at() {  # workdir T: whether its run validates at T (ALFWorld's at 1.0, the endpoint; search-QA's at 0.4)
-  python -c "import json, sys; sys.exit(json.load(open(sys.argv[1] + '/config.json'))['validation']['temperature'] != float(sys.argv[2]))" "$1" "$2"
+  python -c "import json, sys; config = json.load(open(sys.argv[1] + '/config.json'))
+sys.exit(config['validation']['temperature'] != float(sys.argv[2]))" "$1" "$2"
 }
 
 for seed in $SEEDS; do

@@ -103,8 +103,10 @@ def endpoint(t: Table, row: str, temperature: str, score: bool = False) -> Dict[
     warm = t.warm_score if score else t.warm
     out = {s: v[f"{row}@{temperature}"] for s, v in warm.items() if f"{row}@{temperature}" in v}
     if row == "vanilla":  # else the shared step-0 validation, as every run of the seed logged it
-      out.update({s: (r.val_score if score else r.val)[0] for s, r in t.runs.get(BASELINE, {}).items()
-                  if s not in out and r.val_temperature == float(temperature) and 0 in (r.val_score if score else r.val)})
+      for s, r in t.runs.get(BASELINE, {}).items():
+        val = r.val_score if score else r.val
+        if s not in out and r.val_temperature == float(temperature) and 0 in val:
+          out[s] = val[0]
     return out
   method, skills = row.split("+")[0], row.endswith("+skills")
   values = {seed: r.success_at(float(temperature), skills, score) for seed, r in t.runs.get(method, {}).items()}
@@ -149,7 +151,8 @@ def _work_cells(w: Dict[str, Dict[str, float]], method: Optional[str]) -> str:
 def main_markdown(rows: Dict[str, List[dict]], w: Dict[str, Dict[str, float]], plan: Dict[str, List[int]],
                   measure: str = "success, T = {} (%)") -> str:
   every_seed = sorted({s for seeds in plan.values() for s in seeds})
-  lines = [f"| method | seeds | {measure.format('1.0')} | − GRPO, paired [95 % CI] | Holm p | {measure.format('0.4')} "
+  hot, cold = measure.format("1.0"), measure.format("0.4")
+  lines = [f"| method | seeds | {hot} | − GRPO, paired [95 % CI] | Holm p | {cold} "
            "| − GRPO, paired [95 % CI] | Holm p | optimizer steps / iteration | step samples / iteration |",
            "|---|---|---|---|---|---|---|---|---|---|"]
   for (hot, cold), (_, key) in zip(zip(rows["1.0"], rows["0.4"]), main_rows(plan)):
@@ -448,8 +451,8 @@ def _forest(fx, rows: List[dict], reference: str) -> None:
 
 def plot(folder: Path, path: str, against: str = "", horizon: bool = False) -> None:
   """Main table: validation success (WebShop's: its task score) over iterations per method (seed mean, band ± sd)
-  and the paired differences of success against GRPO at T = 1.0 with their 95 % CIs; `against`: the same two panels against that method. Horizon: each of
-  its quantities over the iterations."""
+  and the paired differences of success against GRPO at T = 1.0 with their 95 % CIs; `against`: the same two panels
+  against that method. Horizon: each of its quantities over the iterations."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt

@@ -47,11 +47,10 @@ class Record:
     evals = self.eval_scores if score else self.evals
     if name in evals:
       return evals[name]
-    if self.val_temperature != temperature:
+    if self.val_temperature != temperature or (score and skills):  # no run validates a score with its skills
       return None
-    if score:
-      return self.val_score[max(self.val_score)] if self.val_score and not skills else None
-    return last_validation(self, skills)
+    val = self.val_score if score else self.val_skills if skills else self.val
+    return val[max(val)] if val else None
 
   def series(self, key: str) -> Dict[int, float]:
     """{iteration: value} of one training metric, where logged."""
