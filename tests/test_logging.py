@@ -269,17 +269,22 @@ def test_validation_generations_go_to_their_file_and_a_wandb_table_and_resume_tr
   episode = {"problem": "p1", "won": True, "reward": 10.0,
              "steps": [{"prompt": "You are in a room.", "reply": "go to desk 1"},
                        {"prompt": "You arrive at desk 1.", "reply": "take mug 1 from desk 1"}]}
-  with MetricsLogger(tmp_path, use_tensorboard=False, wandb=WandbSink(tmp_path, "p", "run")) as log:
+  sink = WandbSink(tmp_path, "p", "run")
+  logged, log_to_wandb = [], sink.run.log
+  sink.run.log = lambda data, **kw: (logged.append(data), log_to_wandb(data, **kw))
+  with MetricsLogger(tmp_path, use_tensorboard=False, wandb=sink) as log:
     log.log_generations(0, [episode])
     log.log_generations(2, [dict(episode, problem="p2", won=False, reward=0.0, steps=episode["steps"][:1])])
   rows = [json.loads(x) for x in (tmp_path / GENERATIONS_FILE).read_text().splitlines()]
   assert rows[1] == {"step": 0, "episode": 0, "problem": "p1", "won": True, "reward": 10.0, "turn": 1,
                      "prompt": "You arrive at desk 1.", "reply": "take mug 1 from desk 1"}
   assert [(r["step"], r["problem"], r["turn"]) for r in rows] == [(0, "p1", 0), (0, "p1", 1), (2, "p2", 0)]
-  history, _ = _wandb_records(tmp_path)
-  tables = [r for r in history if r.get("val/generations/_type") == "table-file"]
-  assert [(r["iteration"], r["val/generations/nrows"], r["val/generations/ncols"]) for r in tables] == [(0, 2, 8),
-                                                                                                     (2, 1, 8)]
+  tables = [(d["iteration"], d["val/generations"]) for d in logged]
+  assert [(i, t.columns, [tuple(r) for r in t.data]) for i, t in tables] == [
+      (0, list(rows[0]), [tuple(r.values()) for r in rows[:2]]), (2, list(rows[2]), [tuple(rows[2].values())])]
+  # what the W&B SDK wrote of them for `wandb sync` (the media files are written as the row is logged)
+  files = sorted(Path(tmp_path, "wandb").glob("offline-run-*/files/media/table/val/generations_*.table.json"))
+  assert [(len(f["columns"]), len(f["data"])) for f in map(json.loads, map(Path.read_text, files))] == [(8, 2), (8, 1)]
   with MetricsLogger(tmp_path, use_tensorboard=False) as log:  # resumed from checkpoint 1: step 2 is redone
     log.truncate_after(1, phases=("train", "val"))
   assert [r["step"] for r in map(json.loads, (tmp_path / GENERATIONS_FILE).read_text().splitlines())] == [0, 0]
