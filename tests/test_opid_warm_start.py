@@ -8,7 +8,7 @@ import pytest
 
 from agentopd_jax.envs.hindsight import Review, StepReview
 from agentopd_jax.methods.opid.config import OpidConfig
-from agentopd_jax.methods.opid.demos import opid_demonstration_samples
+from agentopd_jax.methods.opid.demos import opid_demonstration_samples, retry_demonstration_samples, workflows
 from agentopd_jax.methods.opid.injection import augment_observation
 from agentopd_jax.methods.opid.retry import retry_context, retry_summary
 from agentopd_jax.models.tokenizer import builtin_tokenizer
@@ -91,6 +91,29 @@ def test_a_mistake_without_a_step_skill_is_not_imitated_and_a_failed_review_is_c
   assert (samples, failed) == ([], 2)
 
 
+def test_retry_demonstrations_read_the_workflow_of_the_won_episode_in_every_prompt():
+  """`workflows` keeps the won, reviewable episodes with the oracle's workflow; a follower's replay of one gets that
+  workflow in every prompt, as the retry splices it, and imitates every step but an inserted mistake."""
+  chat, cfg = _chat(), OpidConfig(max_step_skills=5)
+  lost = DemoEpisode("game-8", 8, _episode().steps[:2], reward=0.0)
+
+  def broken_for_9(task, actions):
+    if task == "game-9":
+      raise RuntimeError("replay")
+    return _review(task, actions)
+  reviewed = workflows([_episode(), lost, DemoEpisode("game-9", 9, _episode().steps, 10.0)], broken_for_9, 5)
+  workflow = "Workflow that completed the task: take mug 1 from desk 1 -> put. 2 of 4 steps were detours; skip them."
+  assert [(ep.task, skill) for ep, skill in reviewed] == [("game-7", workflow)]
+  replay = DemoEpisode("game-7", 0, (_episode().steps[1], _episode().steps[2]), reward=10.0)  # a mistake, then take
+  samples = retry_demonstration_samples([replay], [workflow], chat, 16)
+  assert [(s.step_index, s.response_text, s.won) for s in samples] == [(1, _reply("take mug 1 from desk 1"), True)]
+  assert samples[0].prompt_text == retry_context([workflow]).rewrite(0, _episode().steps[2].prompt)
+  assert samples[0].prompt_ids == chat.prompt_ids(samples[0].prompt_text)[-16:]
+  with pytest.raises(ValueError, match="sft.opid_retries .* needs sft.opid_fraction"):
+    from agentopd_jax.training.config import SftConfig
+    SftConfig(opid_retries=True)
+
+
 def test_the_retry_puts_each_episodes_skill_after_its_task_line():
   context = retry_context(["Workflow that completed the task: take -> put.", None])
   text = "You are in a room.\nYour task is to: put a mug in the sink.\nAdmissible actions: [...]"
@@ -159,6 +182,21 @@ def test_the_warm_start_adds_opid_demonstrations_that_the_oracle_review_makes(tm
   key = reuse.warm_start_key(from_config_dict(c), 0)
   c.opid.max_step_skills = 3
   assert reuse.warm_start_key(from_config_dict(c), 0) == key
+  # `sft.opid_retries`: each won OPID episode again, by the explorer that searches first where its workflow took the
+  # object, the workflow in every prompt
+  c.sft.opid_fraction, c.opid.max_step_skills, c.sft.opid_retries = 0.5, 5, True
+  with_retries = warm_start.demonstrations(build_run(c))
+  assert with_retries[:len(demos)] == demos
+  retries = with_retries[len(demos):]
+  assert retries and all(s.won and "**Critical-Step Skill**" not in s.prompt_text for s in retries)
+  for s in retries:
+    workflow = s.prompt_text.split("**Episode-Level Skill**")[1]
+    assert "Workflow that completed the task: " in workflow
+    if s.step_index == 0:  # the first move goes where the workflow took the object (unless the room shows it)
+      source = workflow.split(" from ")[1].split(" ->")[0].split(".")[0]
+      assert s.response_text in (f"<action>go to {source}</action>", f"<action>open {source}</action>") or \
+          s.response_text.startswith("<action>take ")
+  c.sft.opid_retries = False
   c.sft.opid_fraction, c.rollout.layout = 0.5, "trajectory"
   with pytest.raises(ValueError, match="sft.opid_fraction needs rollout.layout='step'"):
     warm_start.demonstrations(build_run(c))

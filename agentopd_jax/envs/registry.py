@@ -122,6 +122,9 @@ class EnvSpec:
   hindsight: env_cfg -> ((task, executed env actions) -> `envs.hindsight.Review`), the episode replayed from the
     task's start beside the env's expert, which OPID's oracle analyzer (`methods.opid.oracle`) turns into skills;
     None: the env has no oracle (OPID then needs its LLM analyzer).
+  skill_follower: env_cfg -> ((task, OPID episode skill) -> the actions of the env's expert when it uses what that
+    skill says and nothing else): the demonstrations of the hindsight retry's setting (`sft.opid_retries`); None:
+    the env has none.
   task_group: task -> its group, the name its validation metrics use (`val/<group>_success_rate`: ALFWorld's task
     type, search-QA's data source); what `grpo.task_phases` draws by. None: the env's tasks have no groups.
   report: the env's report columns and headline (`ReportSpec`).
@@ -138,6 +141,7 @@ class EnvSpec:
   tokenizer_corpus: Callable[[Any], Tuple[List[str], List[str]]] = _no_corpus
   skills: Optional[SkillSpec] = None
   hindsight: Optional[Callable[[Any], Callable[[Any, Sequence[str]], Any]]] = None
+  skill_follower: Optional[Callable[[Any], Callable[[Any, str], List[str]]]] = None
   task_group: Optional[Callable[[Any], Optional[str]]] = None
   report: ReportSpec = ReportSpec()
   config: type = EnvCommon

@@ -90,6 +90,9 @@ class SftConfig:
                                        # format (methods/opid/demos.py), so the policy reads OPID's skills (0: none)
   opid_targets: str = "skills"         # what those steps imitate: "skills" (the action the skills point to) or
                                        # "expert" (the demonstration's own action where it has one)
+  opid_retries: bool = False           # with opid_fraction: also each won one of those episodes played again from its
+                                       # start by the env's expert that reads its workflow, the workflow in every
+                                       # prompt (the hindsight retry's setting: the skill decides where to search)
   max_demo_steps: int = 0              # expert episodes must win within this many steps (0: rollout.max_steps, so
                                        # the warm start imitates only episodes the policy's horizon can finish)
   dtype: str = ""                      # the warm start's compute precision ("": model.dtype), so that RL can compute
@@ -106,6 +109,8 @@ class SftConfig:
       raise ValueError(f"sft.lr_schedule must be 'cosine' or 'constant', got {self.lr_schedule!r}")
     if self.opid_targets not in ("skills", "expert"):
       raise ValueError(f"sft.opid_targets must be 'skills' or 'expert', got {self.opid_targets!r}")
+    if self.opid_retries and not self.opid_fraction:
+      raise ValueError("sft.opid_retries replays OPID's demonstrations, so it needs sft.opid_fraction > 0")
     for name in ("skill_fraction", "opid_fraction"):
       if not 0.0 <= getattr(self, name) <= 1.0:
         raise ValueError(f"sft.{name} must be in [0, 1], got {getattr(self, name)}")

@@ -15,9 +15,9 @@ from agentopd_jax.batching.samples import Sample
 from agentopd_jax.envs import registry
 from agentopd_jax.objectives.registry import LossParams
 from agentopd_jax.parallel import distributed
-from agentopd_jax.methods.opid.demos import opid_demonstration_samples
+from agentopd_jax.methods.opid.demos import opid_demonstration_samples, retry_demonstration_samples, workflows
 from agentopd_jax.methods.opid.injection import Anchors
-from agentopd_jax.rollout.demonstrations import demonstration_samples, play_demonstrations
+from agentopd_jax.rollout.demonstrations import DemoEpisode, demonstration_samples, play_demonstrations
 from agentopd_jax.skills.context import SkillContext
 from agentopd_jax.models.loading import run_params
 from agentopd_jax.storage.logs import progress
@@ -146,4 +146,25 @@ def opid_demonstrations(parts: RunParts, games: List[Any], expert: str) -> List[
                                                cfg.sft.opid_targets, Anchors.of(text_env.prompt_anchors))
   if failed:
     logger.warning("OPID demonstrations: %d reviews failed; their episodes are left out", failed)
+  if cfg.sft.opid_retries:
+    samples += retry_demonstrations(parts, episodes)
   return samples
+
+
+def retry_demonstrations(parts: RunParts, episodes: List[DemoEpisode]) -> List[Sample]:
+  """`sft.opid_retries`: each won episode of `episodes` played again from its task's start by the env's skill follower,
+  with the oracle's workflow of it in every prompt (`methods.opid.demos.retry_demonstration_samples`)."""
+  cfg = parts.cfg
+  spec, engine = registry.get(cfg.env.name), parts.train_engine
+  if spec.skill_follower is None:
+    raise ValueError(f"sft.opid_retries needs an expert that follows OPID's workflows, which env {cfg.env.name!r} has "
+                     f"not (its EnvSpec.skill_follower is None)")
+  reviewed = workflows(episodes, spec.hindsight(cfg.env), cfg.opid.max_step_skills)
+  follow = spec.skill_follower(cfg.env)
+  skill_of = {id(ep.task): skill for ep, skill in reviewed}
+  replays = play_demonstrations(demonstration_env(cfg), engine.text_env_factory, [ep.task for ep, _ in reviewed],
+                                lambda task: follow(task, skill_of[id(task)]), "step", cfg.sft.mistake_rate,
+                                base_seed(cfg))
+  text_env = engine.text_env_factory()
+  return retry_demonstration_samples(replays, [skill for _, skill in reviewed], engine.chat,
+                                     cfg.rollout.max_prompt_tokens, Anchors.of(text_env.prompt_anchors))

@@ -1,6 +1,6 @@
 """ALFWorld's run spec (`envs.registry`): game files as tasks, `AlfworldEnv` workers, `AlfworldText`, three experts,
-SDAR's skill bank (typed by game file), OPID's oracle review (`hindsight.py`), task types as groups and the papers'
-per-type report columns.
+SDAR's skill bank (typed by game file), OPID's oracle review (`hindsight.py`) and the explorer that follows its
+workflows, task types as groups and the papers' per-type report columns.
 
 Tasks are game files: `env.data_root` (ours or the real download), or with none, games generated deterministically
 from `env.generate_seed` into the cache, so the default run needs no download and its task set is fixed across run
@@ -13,6 +13,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import zlib
 from pathlib import Path
 from typing import List, Optional, Tuple
@@ -106,6 +107,24 @@ def expert_actions(gamefile: str, expert: str = "planner") -> List[str]:
   return explore_then_solve(engine, seed=seed)
 
 
+# A workflow's "take <object> from <receptacle>" milestones (`methods.opid.oracle`): where it found its objects.
+_TAKE_FROM = re.compile(r"\btake [a-z]+ \d+ from ([a-z]+ \d+)")
+
+
+def workflow_actions(gamefile: str, skill: str) -> List[str]:
+  """The explorer of `expert_actions` ("explorer") reading an OPID episode skill: it searches first the receptacles
+  the skill's workflow took objects from, in their order, then as before. It knows nothing else the skill does not
+  say (a lamp's place, where a workflow names none). The demonstrations of the hindsight retry's setting
+  (`sft.opid_retries`)."""
+  from agentopd_jax.envs.alfworld.engine_fast import FastEngine
+  from agentopd_jax.envs.alfworld.expert import explore_then_solve
+
+  engine = FastEngine(gamefile)
+  engine.reset()
+  first = tuple(dict.fromkeys(_TAKE_FROM.findall(skill)))
+  return explore_then_solve(engine, seed=zlib.crc32(game_name(gamefile).encode()), first=first)
+
+
 def game_name(gamefile: str) -> str:
   """A game by its folder below the data root ("valid_seen/<task>/<trial>"): what seeds the explorer's search, so
   its demonstrations are the same wherever the games live (the generated ones sit under the user's cache)."""
@@ -123,6 +142,11 @@ def hindsight(env_cfg):
   from agentopd_jax.envs.alfworld.hindsight import reviewer
 
   return reviewer(env_cfg)
+
+
+def skill_follower(env_cfg):
+  """(game file, OPID episode skill) -> the explorer's actions when it reads that skill (`workflow_actions`)."""
+  return workflow_actions
 
 
 def skill_query(gamefile: str) -> dict:
@@ -152,4 +176,4 @@ SPEC = register(EnvSpec(
     name="alfworld", config=AlfworldConfig, tasks=games, worker=worker, text_env=AlfworldText, experts=EXPERTS,
     expert=lambda env_cfg, name: functools.partial(expert_actions, expert=name),
     skills=SkillSpec(bank=shipped_skill_bank("alfworld"), rule="gamefile", query=skill_query), hindsight=hindsight,
-    task_group=alfworld_task_type, report=REPORT))
+    skill_follower=skill_follower, task_group=alfworld_task_type, report=REPORT))

@@ -16,6 +16,12 @@ Every step is then shown with the skills OPID's router gives it (`injection.rout
     the episode skill, so the policy learns to act around the section rather than on it (docs/results.md, "OPID's
     table").
 Prompts are cut to the rollout's prompt limit the way OPID's teacher prompts are (last tokens kept).
+
+Those reviews put the workflow only at steps that kept to the plan, where the plain prompt already says what to do:
+the searching that a workflow could spare is where step skills go. `retry_demonstration_samples` adds the setting
+where the episode skill decides the action, the hindsight retry's (`methods.opid.retry`): each won episode's task
+played again from its start by the env's skill follower (`EnvSpec.skill_follower`), which searches first where the
+workflow found the objects, with the workflow in every prompt.
 """
 from __future__ import annotations
 
@@ -54,6 +60,40 @@ def _samples(ep: DemoEpisode, steps: int, review: Review, chat: ChatFormat, repl
                       problem_id=str(ep.task), traj_id=ep.traj_id, step_index=t, action_valid=1.0,
                       episode_reward=ep.reward if steps == len(ep.steps) else 0.0, won=steps == len(ep.steps),
                       prompt_text=prompt, response_text=reply))
+  return out
+
+
+def workflows(episodes: Sequence[DemoEpisode], review: Callable[[Any, Sequence[str]], Review], max_step_skills: int
+              ) -> List[Tuple[DemoEpisode, str]]:
+  """(episode, its episode skill) for the won episodes of `episodes` whose review holds: the oracle's workflow."""
+  out = []
+  for ep in episodes:
+    actions = [s.action for s in ep.steps]
+    try:
+      reviewed = review(ep.task, actions)
+    except Exception:  # counted where the same review makes the whole-episode samples
+      continue
+    if reviewed.won:
+      out.append((ep, analysis_of(reviewed, [True] * len(actions), range(len(actions)), max_step_skills).episode_skill))
+  return out
+
+
+def retry_demonstration_samples(replays: Sequence[DemoEpisode], skills: Sequence[str], chat: ChatFormat,
+                                max_prompt_tokens: int, anchors: Anchors = OPID_ANCHORS) -> List[Sample]:
+  """Every imitated step of `replays` (episodes of the env's skill follower; `replays[i]` played `skills[
+  replays[i].traj_id]`) with that episode skill spliced into its prompt as the retry splices it
+  (`retry.retry_context`)."""
+  out = []
+  for ep in replays:
+    for t, step in enumerate(ep.steps):
+      if not step.imitated:
+        continue
+      prompt = augment_observation(step.prompt, episode_skill=skills[ep.traj_id], anchors=anchors)
+      ids = chat.reply_ids(step.reply)
+      out.append(Sample(prompt_ids=chat.prompt_ids(prompt)[-max_prompt_tokens:], completion_ids=ids,
+                        completion_mask=[1] * len(ids), behaviour_logprobs=[0.0] * len(ids), group_id=ep.traj_id,
+                        problem_id=str(ep.task), traj_id=ep.traj_id, step_index=t, action_valid=1.0,
+                        episode_reward=ep.reward, won=True, prompt_text=prompt, response_text=step.reply))
   return out
 
 
