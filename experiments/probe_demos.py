@@ -13,7 +13,9 @@ See `agentopd_jax/eval/probe.py`.
 `--opid`: the same probe on the demonstrations in OPID's injection format (`sft.opid_targets`, `opid.*`;
 agentopd_jax/methods/opid/demos.py) of the skill expert (`sft.skill_expert`), each step scored with its routed
 skills and with its plain prompt: does the checkpoint read OPID's sections where the trajectory is the
-demonstration's? Split by route (episode, step) and by the review (a whole, won episode; one cut short).
+demonstration's? Split by route (episode, step) and by the review (a whole, won episode; one cut short), and
+"retry/whole": the hindsight retry's setting, each won episode replayed by the env's skill follower with its workflow
+in every prompt (`sft.opid_retries`), where the workflow decides where to search.
 """
 import dataclasses
 import json
@@ -25,13 +27,14 @@ from ml_collections import config_flags
 from agentopd_jax import host_memory
 from agentopd_jax.eval.probe import demo_accuracy
 from agentopd_jax.parallel.sharding import make_mesh
-from agentopd_jax.methods.opid.demos import opid_demonstration_samples
+from agentopd_jax.methods.opid.demos import opid_demonstration_samples, retry_demonstration_samples
 from agentopd_jax.methods.opid.injection import STEP_SECTION, Anchors
 from agentopd_jax.rollout.demonstrations import demonstration_samples, play_demonstrations
 from agentopd_jax.envs import registry
 from agentopd_jax.storage.logs import configure_cli_logging
 from agentopd_jax.training.assembly import chat_format, checkpoint_policy, demonstration_env, text_env_factory
 from agentopd_jax.training.config import from_config_dict, stale_flags
+from agentopd_jax.training.warm_start import retry_episodes
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/alfworld.py", "Run config.", lock_config=True)
 _STEP = flags.DEFINE_string("step", "0", "checkpoint step of config.workdir: an integer, 'best' or 'latest'")
@@ -53,19 +56,27 @@ def opid_probe(c, config, params, tokenizer, games):
                                  spec.expert_policy(c.env, c.sft.skill_expert or c.sft.expert), "step")
   cfg = from_config_dict(c)
   text_env = text_env_factory(c)()
+  anchors = Anchors.of(text_env.prompt_anchors)
   samples, _ = opid_demonstration_samples(episodes, spec.hindsight(c.env), chat, text_env.demo_reply, cfg.opid,
                                           cfg.rollout.max_prompt_tokens, targets=cfg.sft.opid_targets,
-                                          anchors=Anchors.of(text_env.prompt_anchors))
+                                          anchors=anchors)
   plain = {(e.traj_id, t): step.prompt for e in episodes for t, step in enumerate(e.steps)}
-  out = {}
+  parts = {}
   for route in ("episode", "step"):
     for review in ("whole", "cut"):
       picked = [x for x in samples if (f"**{STEP_SECTION[0]}**" in x.prompt_text) == (route == "step")
                 and x.won == (review == "whole")]
-      bare = [dataclasses.replace(x, prompt_ids=chat.prompt_ids(plain[(x.traj_id, x.step_index)]))
-              for x in picked]
-      out[f"{route}/{review}"] = {"with_skills": _pooled(demo_accuracy(config, params, picked, tokenizer)),
-                                  "plain": _pooled(demo_accuracy(config, params, bare, tokenizer))}
+      parts[f"{route}/{review}"] = (picked, [plain[(x.traj_id, x.step_index)] for x in picked])
+  if spec.skill_follower is not None:  # the hindsight retry's setting (`sft.opid_retries`)
+    replays, skills = retry_episodes(c, text_env_factory(c), episodes)
+    picked = retry_demonstration_samples(replays, skills, chat, cfg.rollout.max_prompt_tokens, anchors)
+    plain_replays = {(e.traj_id, t): step.prompt for e in replays for t, step in enumerate(e.steps)}
+    parts["retry/whole"] = (picked, [plain_replays[(x.traj_id, x.step_index)] for x in picked])
+  out = {}
+  for name, (picked, bare_prompts) in parts.items():
+    bare = [dataclasses.replace(x, prompt_ids=chat.prompt_ids(p)) for x, p in zip(picked, bare_prompts)]
+    out[name] = {"with_skills": _pooled(demo_accuracy(config, params, picked, tokenizer)),
+                 "plain": _pooled(demo_accuracy(config, params, bare, tokenizer))}
   return out
 
 

@@ -365,8 +365,8 @@ def test_probe_cli_reads_a_checkpoint(uninterrupted, games_root):
   out = _finish(subprocess.Popen(cmd[:-1] + ["--games=4", "--opid"], cwd=ROOT, stdout=subprocess.PIPE,
                                  stderr=subprocess.DEVNULL, text=True))
   probe = json.loads(out[out.index("{"):])["opid"]
-  assert set(probe) == {"episode/whole", "episode/cut", "step/whole", "step/cut"}
-  assert probe["episode/whole"]["with_skills"]["n"] > 0
+  assert set(probe) == {"episode/whole", "episode/cut", "step/whole", "step/cut", "retry/whole"}
+  assert probe["episode/whole"]["with_skills"]["n"] > 0 and probe["retry/whole"]["with_skills"]["n"] > 0
   for part in probe.values():
     assert part["with_skills"]["n"] == part["plain"]["n"]
     assert part["with_skills"]["n"] == 0 or 0.0 <= part["plain"]["reply_probability"] <= 1.0

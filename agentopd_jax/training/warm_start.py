@@ -147,24 +147,24 @@ def opid_demonstrations(parts: RunParts, games: List[Any], expert: str) -> List[
   if failed:
     logger.warning("OPID demonstrations: %d reviews failed; their episodes are left out", failed)
   if cfg.sft.opid_retries:
-    samples += retry_demonstrations(parts, episodes)
+    replays, skills = retry_episodes(cfg, engine.text_env_factory, episodes)
+    samples += retry_demonstration_samples(replays, skills, engine.chat, cfg.rollout.max_prompt_tokens,
+                                           Anchors.of(text_env.prompt_anchors))
   return samples
 
 
-def retry_demonstrations(parts: RunParts, episodes: List[DemoEpisode]) -> List[Sample]:
-  """`sft.opid_retries`: each won episode of `episodes` played again from its task's start by the env's skill follower,
-  with the oracle's workflow of it in every prompt (`methods.opid.demos.retry_demonstration_samples`)."""
-  cfg = parts.cfg
-  spec, engine = registry.get(cfg.env.name), parts.train_engine
+def retry_episodes(cfg, text_env_factory, episodes: List[DemoEpisode]) -> Tuple[List[DemoEpisode], List[str]]:
+  """`sft.opid_retries`: (replays, skills): each won episode of `episodes` played again from its task's start by the
+  env's skill follower reading the oracle's workflow of it, `skills[replay.traj_id]`
+  (`methods.opid.demos.retry_demonstration_samples` puts it in every prompt)."""
+  spec = registry.get(cfg.env.name)
   if spec.skill_follower is None:
     raise ValueError(f"sft.opid_retries needs an expert that follows OPID's workflows, which env {cfg.env.name!r} has "
                      f"not (its EnvSpec.skill_follower is None)")
   reviewed = workflows(episodes, spec.hindsight(cfg.env), cfg.opid.max_step_skills)
   follow = spec.skill_follower(cfg.env)
   skill_of = {id(ep.task): skill for ep, skill in reviewed}
-  replays = play_demonstrations(demonstration_env(cfg), engine.text_env_factory, [ep.task for ep, _ in reviewed],
+  replays = play_demonstrations(demonstration_env(cfg), text_env_factory, [ep.task for ep, _ in reviewed],
                                 lambda task: follow(task, skill_of[id(task)]), "step", cfg.sft.mistake_rate,
                                 base_seed(cfg))
-  text_env = engine.text_env_factory()
-  return retry_demonstration_samples(replays, [skill for _, skill in reviewed], engine.chat,
-                                     cfg.rollout.max_prompt_tokens, Anchors.of(text_env.prompt_anchors))
+  return replays, [skill for _, skill in reviewed]
