@@ -5,15 +5,16 @@
 #   SEEDS="0 1" bash experiments/opid_table.sh       # some seeds of the table (the ablations take seeds 0-2)
 #   RESULTS_ROOT=/elsewhere/results bash experiments/opid_table.sh   # records into another checkout's results/
 #
-# 1. The warm start, once: the CPU default's SFT with half the demo games also in OPID's injection format
-#    (`sft.opid_fraction=0.5`, docs/opid.md), `grpo.iterations=0`.
+# 1. The warm start, once: the CPU default's SFT with half the demo games also in OPID's injection format and those
+#    games' won episodes again in the hindsight retry's setting (`sft.opid_fraction=0.5`, `sft.opid_retries`,
+#    docs/opid.md), `grpo.iterations=0`.
 # 2. The teacher-forced probe of each warm start on OPID-format demonstrations of validation games, with and without
 #    the skills (`probe_demos.py --opid`). The check before any OPID run counts: the hindsight retry
 #    (`evaluate.py --opid_hindsight`) of this warm start, of SDAR's table's warm start (runs/sdar_table/warm_start,
-#    made by experiments/sdar_table.sh; it never saw OPID's sections: the control) and of two variants of the OPID
-#    demonstrations (the expert's own actions, `sft.opid_targets=expert`; additive routing, `opid.route=additive`),
-#    at T = 1.0 and 0.4. If the paired difference's 95 % interval at T = 1.0 does not lie above zero for this warm
-#    start, the script stops.
+#    made by experiments/sdar_table.sh; it never saw OPID's sections: the control) and of three variants of the OPID
+#    demonstrations (without the retries; the expert's own actions, `sft.opid_targets=expert`; additive routing,
+#    `opid.route=additive`), at T = 1.0 and 0.4. If the paired difference's 95 % interval at T = 1.0 does not lie
+#    above zero for this warm start, the script stops.
 # 3. Per seed: the table's arms (configs/sweeps/opid_table.py), then for seeds 0-2 the ablations
 #    (configs/sweeps/opid_ablations.py); every finished run recorded in results/.
 # 4. One run with the `local` analyzer (the warm start served by agentopd_jax.serve behind the openai client), seed 0,
@@ -21,14 +22,14 @@
 set -euo pipefail
 SEEDS=${SEEDS:-"0 1 2 3 4"}
 CONFIG=configs/alfworld.py
-WARM=runs/opid_table/warm_start
+WARM=runs/opid_table/warm_start_retries
 RESULTS_ROOT=${RESULTS_ROOT:-results}
 RESULTS=$RESULTS_ROOT/opid_table
 
 . experiments/runs.sh
 
-train "" "$WARM" --config.grpo.iterations=0 --config.sft.opid_fraction=0.5
-[ -d "$RESULTS/warm_start" ] || python experiments/record_run.py "$WARM" "$RESULTS/warm_start"
+train "" "$WARM" --config.grpo.iterations=0 --config.sft.opid_fraction=0.5 --config.sft.opid_retries=True
+[ -d "$RESULTS/warm_start_retries" ] || python experiments/record_run.py "$WARM" "$RESULTS/warm_start_retries"
 
 check() {  # workdir record-folder temperature: the hindsight retry of a warm start, recorded
   local workdir=$1 dest=$RESULTS/$2/eval_opid_hindsight_T$3.json
@@ -38,13 +39,16 @@ check() {  # workdir record-folder temperature: the hindsight retry of a warm st
     python experiments/record_run.py --eval "$workdir/eval_opid_hindsight_T$3/eval.json" "$dest"
   fi
 }
-# Two variants of the demonstrations: the expert's own actions under the episode skill (docs/opid.md), and
-# additive routing (a step skill's step reads the episode skill too, so that it also sits after a detour).
+# Three variants of the demonstrations: without the retries; the expert's own actions under the episode skill
+# (docs/opid.md); additive routing (a step skill's step reads the episode skill too, so that it also sits after a
+# detour).
+PLAIN=runs/opid_table/warm_start
 EXPERT=runs/opid_table/warm_start_expert_targets
 ADDITIVE=runs/opid_table/warm_start_additive
+train "" "$PLAIN" --config.grpo.iterations=0 --config.sft.opid_fraction=0.5
 train "" "$EXPERT" --config.grpo.iterations=0 --config.sft.opid_fraction=0.5 --config.sft.opid_targets=expert
 train "" "$ADDITIVE" --config.grpo.iterations=0 --config.sft.opid_fraction=0.5 --config.opid.route=additive
-for variant in "$EXPERT" "$ADDITIVE"; do
+for variant in "$PLAIN" "$EXPERT" "$ADDITIVE"; do
   [ -d "$RESULTS/$(basename "$variant")" ] || \
     python experiments/record_run.py "$variant" "$RESULTS/$(basename "$variant")"
 done
@@ -52,17 +56,19 @@ probe() {  # workdir record-folder: the teacher-forced probe on OPID-format demo
   [ -f "$RESULTS/$2/probe_opid.json" ] || { mkdir -p "$RESULTS/$2" && python experiments/probe_demos.py \
     --config=$CONFIG --config.workdir="$1" --step=0 --opid --games=40 > "$RESULTS/$2/probe_opid.json"; }
 }
-probe "$WARM" warm_start
+probe "$WARM" warm_start_retries
+probe "$PLAIN" warm_start
 probe runs/sdar_table/warm_start sdar_warm_start
 probe "$EXPERT" warm_start_expert_targets
 probe "$ADDITIVE" warm_start_additive
 for temperature in 1.0 0.4; do
-  check "$WARM" warm_start "$temperature"
+  check "$WARM" warm_start_retries "$temperature"
+  check "$PLAIN" warm_start "$temperature"
   check runs/sdar_table/warm_start sdar_warm_start "$temperature"
   check "$EXPERT" warm_start_expert_targets "$temperature"
   check "$ADDITIVE" warm_start_additive "$temperature"
 done
-python - "$RESULTS/warm_start/eval_opid_hindsight_T1.0.json" <<'EOF'
+python - "$RESULTS/warm_start_retries/eval_opid_hindsight_T1.0.json" <<'EOF'
 import json, sys
 retry = json.load(open(sys.argv[1]))["opid_hindsight"]
 low = retry["paired_difference"]["ci95"][0]

@@ -15,7 +15,7 @@ def get_config():
   s.base = "configs/alfworld.py:opid"
   s.root = "runs/opid_ablations"
   s.seeds = (0, 1, 2)
-  s.overrides = {"warm_start_run": "runs/opid_table/warm_start", "opid": {"w_episode": 0.3, "w_step": 0.3}}
+  s.overrides = {"warm_start_run": "runs/opid_table/warm_start_retries", "opid": {"w_episode": 0.3, "w_step": 0.3}}
   s.zip = {"opid": {"route": ["additive", "step_priority"], "analyzer": ["oracle", "stats"]}}
   s.zip_labels = ("route_additive", "stats_selector")
   return s

@@ -3,8 +3,8 @@
   bash experiments/opid_table.sh            # the warm start, its skill-reading check, this sweep, the records
   python experiments/sweep.py --sweep=configs/sweeps/opid_table.py --sweep.seeds='(0,)'   # the training runs alone
 
-Every arm starts from one warm start that reads OPID's skills (`sft.opid_fraction=0.5`, runs/opid_table/warm_start,
-experiments/opid_table.sh makes it and checks it first) and uses the oracle analyzer. OPID changes only the
+Every arm starts from one warm start that reads OPID's skills (`sft.opid_fraction=0.5` with `sft.opid_retries`,
+runs/opid_table/warm_start_retries; experiments/opid_table.sh makes it and checks it first) and uses the oracle analyzer. OPID changes only the
 advantages, so every arm takes GRPO's rollouts and optimizer steps per iteration.
   grpo              the baseline
   opid_paper        OPID's w_ep = w_step = 0.001
@@ -28,7 +28,7 @@ def get_config():
   s.base = "configs/alfworld.py"
   s.root = "runs/opid_table"
   s.seeds = (0, 1, 2, 3, 4)
-  s.overrides = {"warm_start_run": "runs/opid_table/warm_start"}
+  s.overrides = {"warm_start_run": "runs/opid_table/warm_start_retries"}
   method, weight, normalize = (list(c) for c in zip(*ARMS.values()))
   s.zip = {"method": method, "opid": {"w_episode": weight, "w_step": weight, "normalize": normalize}}
   s.zip_labels = tuple(ARMS)
