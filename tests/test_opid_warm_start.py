@@ -109,9 +109,14 @@ def test_retry_demonstrations_read_the_workflow_of_the_won_episode_in_every_prom
   assert [(s.step_index, s.response_text, s.won) for s in samples] == [(1, _reply("take mug 1 from desk 1"), True)]
   assert samples[0].prompt_text == retry_context([workflow]).rewrite(0, _episode().steps[2].prompt)
   assert samples[0].prompt_ids == chat.prompt_ids(samples[0].prompt_text)[-16:]
+  from types import SimpleNamespace
+
+  from agentopd_jax.training.config import SftConfig
+  from agentopd_jax.training.warm_start import retry_episodes
   with pytest.raises(ValueError, match="sft.opid_retries .* needs sft.opid_fraction"):
-    from agentopd_jax.training.config import SftConfig
     SftConfig(opid_retries=True)
+  with pytest.raises(ValueError, match="sft.opid_retries needs .* env 'search' has not"):
+    retry_episodes(SimpleNamespace(env=SimpleNamespace(name="search")), None, [])
 
 
 def test_the_retry_puts_each_episodes_skill_after_its_task_line():
