@@ -28,7 +28,7 @@ RESULTS=$RESULTS_ROOT/opid_table
 
 . experiments/runs.sh
 
-train "" "$WARM" --config.grpo.iterations=0 --config.sft.opid_fraction=0.5 --config.sft.opid_retries=True
+train "" "$WARM" --config.grpo.iterations=0 --config.sft.opid_fraction=0.5 --config.sft.opid_retries=1
 [ -d "$RESULTS/warm_start_retries" ] || python experiments/record_run.py "$WARM" "$RESULTS/warm_start_retries"
 
 check() {  # workdir record-folder temperature: the hindsight retry of a warm start, recorded

@@ -114,7 +114,7 @@ def test_retry_demonstrations_read_the_workflow_of_the_won_episode_in_every_prom
   from agentopd_jax.training.config import SftConfig
   from agentopd_jax.training.warm_start import retry_episodes
   with pytest.raises(ValueError, match="sft.opid_retries .* needs sft.opid_fraction"):
-    SftConfig(opid_retries=True)
+    SftConfig(opid_retries=1)
   with pytest.raises(ValueError, match="sft.opid_retries needs .* env 'search' has not"):
     retry_episodes(SimpleNamespace(env=SimpleNamespace(name="search")), None, [])
 
@@ -189,7 +189,7 @@ def test_the_warm_start_adds_opid_demonstrations_that_the_oracle_review_makes(tm
   assert reuse.warm_start_key(from_config_dict(c), 0) == key
   # `sft.opid_retries`: each won OPID episode again, by the explorer that searches first where its workflow took the
   # object, the workflow in every prompt
-  c.sft.opid_fraction, c.opid.max_step_skills, c.sft.opid_retries = 0.5, 5, True
+  c.sft.opid_fraction, c.opid.max_step_skills, c.sft.opid_retries = 0.5, 5, 1
   with_retries = warm_start.demonstrations(build_run(c))
   assert with_retries[:len(demos)] == demos
   retries = with_retries[len(demos):]
@@ -201,7 +201,9 @@ def test_the_warm_start_adds_opid_demonstrations_that_the_oracle_review_makes(tm
       source = workflow.split(" from ")[1].split(" ->")[0].split(".")[0]
       assert s.response_text in (f"<action>go to {source}</action>", f"<action>open {source}</action>") or \
           s.response_text.startswith("<action>take ")
-  c.sft.opid_retries = False
+  c.sft.opid_retries = 2  # two copies of each replay: the retry setting weighs twice as much in the mix
+  assert warm_start.demonstrations(build_run(c)) == demos + retries + retries
+  c.sft.opid_retries = 0
   c.sft.opid_fraction, c.rollout.layout = 0.5, "trajectory"
   with pytest.raises(ValueError, match="sft.opid_fraction needs rollout.layout='step'"):
     warm_start.demonstrations(build_run(c))

@@ -90,9 +90,10 @@ class SftConfig:
                                        # format (methods/opid/demos.py), so the policy reads OPID's skills (0: none)
   opid_targets: str = "skills"         # what those steps imitate: "skills" (the action the skills point to) or
                                        # "expert" (the demonstration's own action where it has one)
-  opid_retries: bool = False           # with opid_fraction: also each won one of those episodes played again from its
+  opid_retries: int = 0                # with opid_fraction: each won one of those episodes also played again from its
                                        # start by the env's expert that reads its workflow, the workflow in every
-                                       # prompt (the hindsight retry's setting: the skill decides where to search)
+                                       # prompt (the hindsight retry's setting: the skill decides where to search), in
+                                       # this many copies (0: none; more weigh that setting more in the SFT mix)
   max_demo_steps: int = 0              # expert episodes must win within this many steps (0: rollout.max_steps, so
                                        # the warm start imitates only episodes the policy's horizon can finish)
   dtype: str = ""                      # the warm start's compute precision ("": model.dtype), so that RL can compute
@@ -102,7 +103,7 @@ class SftConfig:
     if self.dtype not in ("", *_DTYPES):
       raise ValueError(f"sft.dtype must be '' or one of {', '.join(_DTYPES)}, got {self.dtype!r}")
     _at_least("sft", self, {"steps": 0, "demos": 0, "batch_size": 1, "micro_batch_size": 1, "warmup_steps": 0,
-                            "max_demo_steps": 0})
+                            "max_demo_steps": 0, "opid_retries": 0})
     if self.seed < -1:
       raise ValueError(f"sft.seed must be >= 0, or -1 to follow `seed`; got {self.seed}")
     if self.lr_schedule not in LR_SCHEDULES:

@@ -148,8 +148,9 @@ def opid_demonstrations(parts: RunParts, games: List[Any], expert: str) -> List[
     logger.warning("OPID demonstrations: %d reviews failed; their episodes are left out", failed)
   if cfg.sft.opid_retries:
     replays, skills = retry_episodes(cfg, engine.text_env_factory, episodes)
-    samples += retry_demonstration_samples(replays, skills, engine.chat, cfg.rollout.max_prompt_tokens,
-                                           Anchors.of(text_env.prompt_anchors))
+    samples += cfg.sft.opid_retries * retry_demonstration_samples(replays, skills, engine.chat,
+                                                                  cfg.rollout.max_prompt_tokens,
+                                                                  Anchors.of(text_env.prompt_anchors))
   return samples
 
 
