@@ -15,7 +15,7 @@ agentopd_jax/methods/opid/demos.py) of the skill expert (`sft.skill_expert`), ea
 skills and with its plain prompt: does the checkpoint read OPID's sections where the trajectory is the
 demonstration's? Split by route (episode, step) and by the review (a whole, won episode; one cut short), and
 "retry/whole": the hindsight retry's setting, each won episode replayed by the env's skill follower with its workflow
-in every prompt (`sft.opid_retries`), where the workflow decides where to search.
+in every prompt (`sft.opid_retries`), where the workflow decides where to search; "retry/first": their first steps.
 """
 import dataclasses
 import json
@@ -72,6 +72,8 @@ def opid_probe(c, config, params, tokenizer, games):
     picked = retry_demonstration_samples(replays, skills, chat, cfg.rollout.max_prompt_tokens, anchors)
     plain_replays = {(e.traj_id, t): step.prompt for e in replays for t, step in enumerate(e.steps)}
     parts["retry/whole"] = (picked, [plain_replays[(x.traj_id, x.step_index)] for x in picked])
+    first = [x for x in picked if x.step_index == 0]  # where to go first: what a workflow's "take ... from" names
+    parts["retry/first"] = (first, [plain_replays[(x.traj_id, 0)] for x in first])
   out = {}
   for name, (picked, bare_prompts) in parts.items():
     bare = [dataclasses.replace(x, prompt_ids=chat.prompt_ids(p)) for x, p in zip(picked, bare_prompts)]

@@ -365,7 +365,7 @@ def test_probe_cli_reads_a_checkpoint(uninterrupted, games_root):
   out = _finish(subprocess.Popen(cmd[:-1] + ["--games=4", "--opid"], cwd=ROOT, stdout=subprocess.PIPE,
                                  stderr=subprocess.DEVNULL, text=True))
   probe = json.loads(out[out.index("{"):])["opid"]
-  assert set(probe) == {"episode/whole", "episode/cut", "step/whole", "step/cut", "retry/whole"}
+  assert set(probe) == {"episode/whole", "episode/cut", "step/whole", "step/cut", "retry/whole", "retry/first"}
   assert probe["episode/whole"]["with_skills"]["n"] > 0 and probe["retry/whole"]["with_skills"]["n"] > 0
   for part in probe.values():
     assert part["with_skills"]["n"] == part["plain"]["n"]
