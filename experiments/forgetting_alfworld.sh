@@ -10,7 +10,8 @@
 #    of pick_and_place at lr 3e-4, a validated checkpoint every 2.
 # 3. Skill, not luck: the end of phase A (step 8) and the last checkpoint re-evaluated with $ATTEMPTS attempts per
 #    problem, compared problem by problem (experiments/forgetting.py); the pool's coverage (experiments/coverage.py),
-#    and F1 confirmed on independent attempts, from the pool's record (results/forgetting/pool-s0).
+#    and F1 confirmed on independent attempts, from the pool's record (results/forgetting/pool-s0, which also keeps
+#    the two re-evaluations).
 # 4. Agentic-OPD on that pool against continued GRPO, 5 seeds (configs/sweeps/forgetting_opd.py), and the
 #    composition, SDAR's gate over the pool's step 8 against plain distillation from it, 3 seeds
 #    (configs/sweeps/composition.py).
@@ -43,6 +44,10 @@ if [ -f "$RECORD/metrics.jsonl" ] && ! cmp -s "$RECORD/metrics.jsonl" "$POOL/log
   exit 1
 fi
 RUNS=$POOL NAME=pool-s0 METHOD=pool RESULTS=results/forgetting bash experiments/coverage_confirm.sh
+for step in 8 latest; do  # the skill-not-luck evaluations, beside the pool's record
+  [ -f "$RECORD/eval_${step}_attempts$ATTEMPTS.json" ] || \
+    python experiments/record_run.py --eval "$POOL/eval_$step/eval.json" "$RECORD/eval_${step}_attempts$ATTEMPTS.json"
+done
 python experiments/sweep.py --sweep=configs/sweeps/forgetting_opd.py
 python experiments/sweep.py --sweep=configs/sweeps/composition.py
 
