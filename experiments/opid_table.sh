@@ -13,8 +13,9 @@
 #    (`evaluate.py --opid_hindsight`) of this warm start, of SDAR's table's warm start (runs/sdar_table/warm_start,
 #    made by experiments/sdar_table.sh; it never saw OPID's sections: the control) and of three variants of the OPID
 #    demonstrations (without the retries; the expert's own actions, `sft.opid_targets=expert`; additive routing,
-#    `opid.route=additive`), at T = 1.0 and 0.4. If the paired difference's 95 % interval at T = 1.0 does not lie
-#    above zero for this warm start, the script stops.
+#    `opid.route=additive`), at T = 1.0 and 0.4, on the 64-game panel; then this warm start's retry at T = 1.0 on 256
+#    games of another generator seed. If that paired difference's 95 % interval does not lie above zero, the script
+#    stops.
 # 3. Per seed: the table's arms (configs/sweeps/opid_table.py), then for seeds 0-2 the ablations
 #    (configs/sweeps/opid_ablations.py); every finished run recorded in results/.
 # 4. One run with the `local` analyzer (the warm start served by agentopd_jax.serve behind the openai client), seed 0,
@@ -39,16 +40,18 @@ check() {  # workdir record-folder temperature: the hindsight retry of a warm st
     python experiments/record_run.py --eval "$workdir/eval_opid_hindsight_T$3/eval.json" "$dest"
   fi
 }
-# Three variants of the demonstrations: without the retries; the expert's own actions under the episode skill
+# Variants of the demonstrations: three copies of the retries (`sft.opid_retries=3`); without the retries; the expert's own actions under the episode skill
 # (docs/opid.md); additive routing (a step skill's step reads the episode skill too, so that it also sits after a
 # detour).
+RETRIES3=runs/opid_table/warm_start_retries3
 PLAIN=runs/opid_table/warm_start
 EXPERT=runs/opid_table/warm_start_expert_targets
 ADDITIVE=runs/opid_table/warm_start_additive
+train "" "$RETRIES3" --config.grpo.iterations=0 --config.sft.opid_fraction=0.5 --config.sft.opid_retries=3
 train "" "$PLAIN" --config.grpo.iterations=0 --config.sft.opid_fraction=0.5
 train "" "$EXPERT" --config.grpo.iterations=0 --config.sft.opid_fraction=0.5 --config.sft.opid_targets=expert
 train "" "$ADDITIVE" --config.grpo.iterations=0 --config.sft.opid_fraction=0.5 --config.opid.route=additive
-for variant in "$PLAIN" "$EXPERT" "$ADDITIVE"; do
+for variant in "$RETRIES3" "$PLAIN" "$EXPERT" "$ADDITIVE"; do
   [ -d "$RESULTS/$(basename "$variant")" ] || \
     python experiments/record_run.py "$variant" "$RESULTS/$(basename "$variant")"
 done
@@ -57,18 +60,29 @@ probe() {  # workdir record-folder: the teacher-forced probe on OPID-format demo
     --config=$CONFIG --config.workdir="$1" --step=0 --opid --games=40 > "$RESULTS/$2/probe_opid.json"; }
 }
 probe "$WARM" warm_start_retries
+probe "$RETRIES3" warm_start_retries3
 probe "$PLAIN" warm_start
 probe runs/sdar_table/warm_start sdar_warm_start
 probe "$EXPERT" warm_start_expert_targets
 probe "$ADDITIVE" warm_start_additive
 for temperature in 1.0 0.4; do
   check "$WARM" warm_start_retries "$temperature"
+  check "$RETRIES3" warm_start_retries3 "$temperature"
   check "$PLAIN" warm_start "$temperature"
   check runs/sdar_table/warm_start sdar_warm_start "$temperature"
   check "$EXPERT" warm_start_expert_targets "$temperature"
   check "$ADDITIVE" warm_start_additive "$temperature"
 done
-python - "$RESULTS/warm_start_retries/eval_opid_hindsight_T1.0.json" <<'EOF'
+# The check that decides: the same retry at T = 1.0 on 256 games of another generator seed, which no warm start was
+# picked on (the panel's 64 chose between the demonstration designs, docs/results.md).
+POWERED=$RESULTS/warm_start_retries/eval_opid_hindsight_T1.0_new256.json
+if [ ! -f "$POWERED" ]; then
+  python experiments/evaluate.py --config=$CONFIG --config.workdir="$WARM" --step=0 --opid_hindsight \
+    --config.validation.temperature=1.0 --config.env.generate_seed=1 --config.env.generate_valid=256 \
+    --config.validation.num_tasks=256 --out="$WARM/eval_opid_hindsight_T1.0_new256"
+  python experiments/record_run.py --eval "$WARM/eval_opid_hindsight_T1.0_new256/eval.json" "$POWERED"
+fi
+python - "$POWERED" <<'EOF'
 import json, sys
 retry = json.load(open(sys.argv[1]))["opid_hindsight"]
 low = retry["paired_difference"]["ci95"][0]

@@ -240,7 +240,8 @@ def opid_signals_markdown(t: Table) -> str:
 
 def retry_markdown(folder: Path) -> str:
   """The hindsight retries of warm starts (`evaluate.py --opid_hindsight`, recorded as
-  `<warm start>/eval_opid_hindsight_T<temperature>.json` in the table's folder): success without and with the
+  `<warm start>/eval_opid_hindsight_T<temperature>.json` in the table's folder, `..._new<N>.json` on N games of
+  another generator seed): success without and with the
   oracle's episode skill, the paired difference over panel problems with its 95 % CI, and the split by the first
   play's outcome."""
   lines = ["| warm start | T | episodes | without skill (%) | with the episode skill (%) | − without, paired over "
@@ -252,7 +253,8 @@ def retry_markdown(folder: Path) -> str:
     ci = "–" if None in d["ci95"] else f"[{d['ci95'][0]:+.1f}, {d['ci95'][1]:+.1f}]"
     split = [f"{r[k]['success_without']:.1f} → {r[k]['success_with']:.1f} ({r[k]['episodes']})"
              if r[k]["episodes"] else "–" for k in ("first_won", "first_lost")]
-    temperature = path.stem[len("eval_opid_hindsight_T"):]
+    temperature, _, games = path.stem[len("eval_opid_hindsight_T"):].partition("_new")
+    temperature += f", {games} new games" if games else ""  # a panel the warm start was not picked on
     lines.append(f"| {path.parent.name} | {temperature} | {r['episodes']} | {r['success_without']:.1f} "
                  f"| {r['success_with']:.1f} | {d['mean']:+.1f} {ci} | {split[0]} | {split[1]} |")
   retry = "\n".join(lines) if len(lines) > 2 else "Hindsight retry: no warm start checked yet."
