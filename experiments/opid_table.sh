@@ -6,20 +6,22 @@
 #   RESULTS_ROOT=/elsewhere/results bash experiments/opid_table.sh   # records into another checkout's results/
 #
 # 1. The warm start, once: the CPU default's SFT with half the demo games also in OPID's injection format and those
-#    games' won episodes again in the hindsight retry's setting (`sft.opid_fraction=0.5`, `sft.opid_retries`,
-#    docs/opid.md), `grpo.iterations=0`.
-# 2. The teacher-forced probe of each warm start on OPID-format demonstrations of validation games, with and without
-#    the skills (`probe_demos.py --opid`). The check before any OPID run counts: the hindsight retry
-#    (`evaluate.py --opid_hindsight`) of this warm start, of SDAR's table's warm start (runs/sdar_table/warm_start,
-#    made by experiments/sdar_table.sh; it never saw OPID's sections: the control) and of three variants of the OPID
-#    demonstrations (without the retries; the expert's own actions, `sft.opid_targets=expert`; additive routing,
-#    `opid.route=additive`), at T = 1.0 and 0.4, on the 64-game panel; then this warm start's retry at T = 1.0 on 256
-#    games of another generator seed. If that paired difference's 95 % interval does not lie above zero, the script
-#    stops.
+#    games' won episodes again in the hindsight retry's setting (`sft.opid_fraction=0.5`, `sft.opid_retries=1`,
+#    docs/opid.md), `grpo.iterations=0`; its teacher-forced probe on OPID-format demonstrations of validation games,
+#    with and without the skills (`probe_demos.py --opid`), and its hindsight retry (`evaluate.py --opid_hindsight`)
+#    at T = 1.0 and 0.4 on the 64-game panel.
+# 2. The check before any OPID run counts: the same retry at T = 1.0 on 256 games of another generator seed, which no
+#    warm start was picked on (the panel's 64 chose between the demonstration designs of step 5). If the paired
+#    difference's 95 % interval does not lie above zero, the script stops.
 # 3. Per seed: the table's arms (configs/sweeps/opid_table.py), then for seeds 0-2 the ablations
 #    (configs/sweeps/opid_ablations.py); every finished run recorded in results/.
 # 4. One run with the `local` analyzer (the warm start served by agentopd_jax.serve behind the openai client), seed 0,
 #    2 iterations: the real analyzer path end to end, with its parse-failure count in the record.
+# 5. The other demonstration designs and the control, probed and retried as in step 1 (each skipped once its records
+#    are there): three copies of the retries (`sft.opid_retries=3`); no retries; the expert's own actions under the
+#    episode skill (`sft.opid_targets=expert`); additive routing (`opid.route=additive`: a step skill's step reads
+#    the episode skill too); and SDAR's table's warm start (runs/sdar_table/warm_start, made by
+#    experiments/sdar_table.sh), which never saw OPID's sections.
 set -euo pipefail
 SEEDS=${SEEDS:-"0 1 2 3 4"}
 CONFIG=configs/alfworld.py
@@ -29,65 +31,44 @@ RESULTS=$RESULTS_ROOT/opid_table
 
 . experiments/runs.sh
 
-train "" "$WARM" --config.grpo.iterations=0 --config.sft.opid_fraction=0.5 --config.sft.opid_retries=1
-[ -d "$RESULTS/warm_start_retries" ] || python experiments/record_run.py "$WARM" "$RESULTS/warm_start_retries"
-
-check() {  # workdir record-folder temperature: the hindsight retry of a warm start, recorded
-  local workdir=$1 dest=$RESULTS/$2/eval_opid_hindsight_T$3.json
-  if [ ! -f "$dest" ]; then
-    python experiments/evaluate.py --config=$CONFIG --config.workdir="$workdir" --step=0 --opid_hindsight \
-      --config.validation.temperature="$3" --out="$workdir/eval_opid_hindsight_T$3"
-    python experiments/record_run.py --eval "$workdir/eval_opid_hindsight_T$3/eval.json" "$dest"
-  fi
-}
-# Variants of the demonstrations: three copies of the retries (`sft.opid_retries=3`); without the retries; the expert's own actions under the episode skill
-# (docs/opid.md); additive routing (a step skill's step reads the episode skill too, so that it also sits after a
-# detour).
-RETRIES3=runs/opid_table/warm_start_retries3
-PLAIN=runs/opid_table/warm_start
-EXPERT=runs/opid_table/warm_start_expert_targets
-ADDITIVE=runs/opid_table/warm_start_additive
-train "" "$RETRIES3" --config.grpo.iterations=0 --config.sft.opid_fraction=0.5 --config.sft.opid_retries=3
-train "" "$PLAIN" --config.grpo.iterations=0 --config.sft.opid_fraction=0.5
-train "" "$EXPERT" --config.grpo.iterations=0 --config.sft.opid_fraction=0.5 --config.sft.opid_targets=expert
-train "" "$ADDITIVE" --config.grpo.iterations=0 --config.sft.opid_fraction=0.5 --config.opid.route=additive
-for variant in "$RETRIES3" "$PLAIN" "$EXPERT" "$ADDITIVE"; do
-  [ -d "$RESULTS/$(basename "$variant")" ] || \
-    python experiments/record_run.py "$variant" "$RESULTS/$(basename "$variant")"
-done
 probe() {  # workdir record-folder: the teacher-forced probe on OPID-format demonstrations, recorded
   [ -f "$RESULTS/$2/probe_opid.json" ] || { mkdir -p "$RESULTS/$2" && python experiments/probe_demos.py \
     --config=$CONFIG --config.workdir="$1" --step=0 --opid --games=40 > "$RESULTS/$2/probe_opid.json"; }
 }
-probe "$WARM" warm_start_retries
-probe "$RETRIES3" warm_start_retries3
-probe "$PLAIN" warm_start
-probe runs/sdar_table/warm_start sdar_warm_start
-probe "$EXPERT" warm_start_expert_targets
-probe "$ADDITIVE" warm_start_additive
-for temperature in 1.0 0.4; do
-  check "$WARM" warm_start_retries "$temperature"
-  check "$RETRIES3" warm_start_retries3 "$temperature"
-  check "$PLAIN" warm_start "$temperature"
-  check runs/sdar_table/warm_start sdar_warm_start "$temperature"
-  check "$EXPERT" warm_start_expert_targets "$temperature"
-  check "$ADDITIVE" warm_start_additive "$temperature"
-done
-# The check that decides: the same retry at T = 1.0 on 256 games of another generator seed, which no warm start was
-# picked on (the panel's 64 chose between the demonstration designs, docs/results.md).
-POWERED=$RESULTS/warm_start_retries/eval_opid_hindsight_T1.0_new256.json
-if [ ! -f "$POWERED" ]; then
-  python experiments/evaluate.py --config=$CONFIG --config.workdir="$WARM" --step=0 --opid_hindsight \
-    --config.validation.temperature=1.0 --config.env.generate_seed=1 --config.env.generate_valid=256 \
-    --config.validation.num_tasks=256 --out="$WARM/eval_opid_hindsight_T1.0_new256"
-  python experiments/record_run.py --eval "$WARM/eval_opid_hindsight_T1.0_new256/eval.json" "$POWERED"
-fi
-python - "$POWERED" <<'EOF'
+check() {  # workdir record-folder temperature [suffix flags...]: the hindsight retry of a warm start, recorded
+  local workdir=$1 name=$2 temperature=$3 suffix=${4:-}
+  shift $(($# < 4 ? $# : 4))
+  local dest=$RESULTS/$name/eval_opid_hindsight_T$temperature$suffix.json
+  if [ ! -f "$dest" ]; then
+    python experiments/evaluate.py --config=$CONFIG --config.workdir="$workdir" --step=0 --opid_hindsight \
+      --config.validation.temperature="$temperature" "$@" --out="$workdir/eval_opid_hindsight_T$temperature$suffix"
+    python experiments/record_run.py --eval "$workdir/eval_opid_hindsight_T$temperature$suffix/eval.json" "$dest"
+  fi
+}
+warm_start() {  # workdir record-folder sft-flags...: a warm start of this table, trained, recorded, probed, retried
+  local workdir=$1 name=$2
+  shift 2
+  local dest=$RESULTS/$name
+  if [ -f "$dest/probe_opid.json" ] && [ -f "$dest/eval_opid_hindsight_T1.0.json" ] && \
+     [ -f "$dest/eval_opid_hindsight_T0.4.json" ]; then
+    return
+  fi
+  [ $# -eq 0 ] || train "" "$workdir" --config.grpo.iterations=0 "$@"
+  [ $# -eq 0 ] || [ -d "$dest" ] || python experiments/record_run.py "$workdir" "$dest"
+  probe "$workdir" "$name"
+  check "$workdir" "$name" 1.0
+  check "$workdir" "$name" 0.4
+}
+
+warm_start "$WARM" warm_start_retries --config.sft.opid_fraction=0.5 --config.sft.opid_retries=1
+check "$WARM" warm_start_retries 1.0 _new256 --config.env.generate_seed=1 --config.env.generate_valid=256 \
+  --config.validation.num_tasks=256
+python - "$RESULTS/warm_start_retries/eval_opid_hindsight_T1.0_new256.json" <<'EOF'
 import json, sys
 retry = json.load(open(sys.argv[1]))["opid_hindsight"]
 low = retry["paired_difference"]["ci95"][0]
-print(f"[opid_table] hindsight retry at T = 1.0: {retry['success_without']:.1f} % -> {retry['success_with']:.1f} %, "
-      f"paired 95 % CI lower bound {low}")
+print(f"[opid_table] hindsight retry at T = 1.0 on 256 new games: {retry['success_without']:.1f} % -> "
+      f"{retry['success_with']:.1f} %, paired 95 % CI lower bound {low}")
 sys.exit(0 if low is not None and low > 0 else "[opid_table] the warm start does not read OPID's skills: no OPID run counts, stopping")
 EOF
 
@@ -114,3 +95,12 @@ train ":opid" runs/opid_local/local_analyzer-s0 --config.seed=0 --config.warm_st
   --config.opid.analyzer_model="$WARM" --config.opid.max_completion_tokens=256
 [ -d "$RESULTS_ROOT/opid_local/local_analyzer-s0" ] || \
   python experiments/record_run.py runs/opid_local/local_analyzer-s0 "$RESULTS_ROOT/opid_local/local_analyzer-s0"
+
+warm_start runs/opid_table/warm_start_retries3 warm_start_retries3 --config.sft.opid_fraction=0.5 \
+  --config.sft.opid_retries=3
+warm_start runs/opid_table/warm_start warm_start --config.sft.opid_fraction=0.5
+warm_start runs/opid_table/warm_start_expert_targets warm_start_expert_targets --config.sft.opid_fraction=0.5 \
+  --config.sft.opid_targets=expert
+warm_start runs/opid_table/warm_start_additive warm_start_additive --config.sft.opid_fraction=0.5 \
+  --config.opid.route=additive
+warm_start runs/sdar_table/warm_start sdar_warm_start
