@@ -151,8 +151,8 @@ def _work_cells(w: Dict[str, Dict[str, float]], method: Optional[str]) -> str:
 def main_markdown(rows: Dict[str, List[dict]], w: Dict[str, Dict[str, float]], plan: Dict[str, List[int]],
                   measure: str = "success, T = {} (%)") -> str:
   every_seed = sorted({s for seeds in plan.values() for s in seeds})
-  hot, cold = measure.format("1.0"), measure.format("0.4")
-  lines = [f"| method | seeds | {hot} | − GRPO, paired [95 % CI] | Holm p | {cold} "
+  measure_hot, measure_cold = measure.format("1.0"), measure.format("0.4")
+  lines = [f"| method | seeds | {measure_hot} | − GRPO, paired [95 % CI] | Holm p | {measure_cold} "
            "| − GRPO, paired [95 % CI] | Holm p | optimizer steps / iteration | step samples / iteration |",
            "|---|---|---|---|---|---|---|---|---|---|"]
   for (hot, cold), (_, key) in zip(zip(rows["1.0"], rows["0.4"]), main_rows(plan)):

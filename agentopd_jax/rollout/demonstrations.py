@@ -103,22 +103,26 @@ def play_demonstrations(env, text_env_factory: Callable[[], object], tasks: Iter
   return out
 
 
+def step_sample(chat: ChatFormat, ep: DemoEpisode, t: int, prompt: str, reply: str, max_prompt_tokens: int = 0,
+                won: bool = True) -> Sample:
+  """Step `t` of `ep` as a step-layout sample: `prompt` (the step's own, or rewritten with skills) and `reply`;
+  `max_prompt_tokens` > 0 keeps the prompt's last tokens; `won` False (an episode cut short) carries no reward."""
+  ids = chat.reply_ids(reply)
+  prompt_ids = chat.prompt_ids(prompt)
+  return Sample(prompt_ids=prompt_ids[-max_prompt_tokens:] if max_prompt_tokens else prompt_ids, completion_ids=ids,
+                completion_mask=[1] * len(ids), behaviour_logprobs=[0.0] * len(ids), group_id=ep.traj_id,
+                problem_id=str(ep.task), traj_id=ep.traj_id, step_index=t, action_valid=1.0,
+                episode_reward=ep.reward if won else 0.0, won=won, prompt_text=prompt, response_text=reply)
+
+
 def demonstration_samples(env, text_env_factory: Callable[[], object], chat: ChatFormat, tasks: Iterable,
                           expert_actions: Callable[[object], Sequence[str]], layout: str = "step",
                           mistake_rate: float = 0.0, seed: int = 0) -> List[Sample]:
   """Samples of every task's expert episode that the expert wins (`play_demonstrations`), in `layout`."""
   out: List[Sample] = []
   for ep in play_demonstrations(env, text_env_factory, tasks, expert_actions, layout, mistake_rate, seed):
-    common = dict(group_id=ep.traj_id, problem_id=str(ep.task), traj_id=ep.traj_id, action_valid=1.0,
-                  episode_reward=ep.reward, won=True)
     if layout == "step":
-      for t, step in enumerate(ep.steps):
-        if not step.imitated:
-          continue
-        ids = chat.reply_ids(step.reply)
-        out.append(Sample(prompt_ids=chat.prompt_ids(step.prompt), completion_ids=ids, completion_mask=[1] * len(ids),
-                          behaviour_logprobs=[0.0] * len(ids), step_index=t, prompt_text=step.prompt,
-                          response_text=step.reply, **common))
+      out += [step_sample(chat, ep, t, step.prompt, step.reply) for t, step in enumerate(ep.steps) if step.imitated]
     else:
       completion, mask = [], []
       for t, step in enumerate(ep.steps):
@@ -131,5 +135,6 @@ def demonstration_samples(env, text_env_factory: Callable[[], object], chat: Cha
         mask += [int(step.imitated)] * len(ids)
       out.append(Sample(prompt_ids=chat.prompt_ids(ep.steps[0].prompt), completion_ids=completion,
                         completion_mask=mask, behaviour_logprobs=[0.0] * len(completion), step_index=-1,
-                        prompt_text=ep.steps[0].prompt, **common))
+                        prompt_text=ep.steps[0].prompt, group_id=ep.traj_id, problem_id=str(ep.task),
+                        traj_id=ep.traj_id, action_valid=1.0, episode_reward=ep.reward, won=True))
   return out

@@ -34,7 +34,7 @@ from agentopd_jax.envs.hindsight import Review
 from agentopd_jax.methods.opid.injection import OPID_ANCHORS, Anchors, augment_observation, route
 from agentopd_jax.methods.opid.oracle import analysis_of
 from agentopd_jax.rollout.chat import ChatFormat
-from agentopd_jax.rollout.demonstrations import DemoEpisode
+from agentopd_jax.rollout.demonstrations import DemoEpisode, step_sample
 
 
 TARGETS = ("skills", "expert")
@@ -53,13 +53,7 @@ def _samples(ep: DemoEpisode, steps: int, review: Review, chat: ChatFormat, repl
     if not action:
       continue
     prompt = augment_observation(ep.steps[t].prompt, episode_skill, step_skill, anchors)
-    reply = reply_of(action)
-    ids = chat.reply_ids(reply)
-    out.append(Sample(prompt_ids=chat.prompt_ids(prompt)[-max_prompt_tokens:], completion_ids=ids,
-                      completion_mask=[1] * len(ids), behaviour_logprobs=[0.0] * len(ids), group_id=ep.traj_id,
-                      problem_id=str(ep.task), traj_id=ep.traj_id, step_index=t, action_valid=1.0,
-                      episode_reward=ep.reward if steps == len(ep.steps) else 0.0, won=steps == len(ep.steps),
-                      prompt_text=prompt, response_text=reply))
+    out.append(step_sample(chat, ep, t, prompt, reply_of(action), max_prompt_tokens, won=steps == len(ep.steps)))
   return out
 
 
@@ -83,18 +77,9 @@ def retry_demonstration_samples(replays: Sequence[DemoEpisode], skills: Sequence
   """Every imitated step of `replays` (episodes of the env's skill follower; `replays[i]` played `skills[
   replays[i].traj_id]`) with that episode skill spliced into its prompt as the retry splices it
   (`retry.retry_context`)."""
-  out = []
-  for ep in replays:
-    for t, step in enumerate(ep.steps):
-      if not step.imitated:
-        continue
-      prompt = augment_observation(step.prompt, episode_skill=skills[ep.traj_id], anchors=anchors)
-      ids = chat.reply_ids(step.reply)
-      out.append(Sample(prompt_ids=chat.prompt_ids(prompt)[-max_prompt_tokens:], completion_ids=ids,
-                        completion_mask=[1] * len(ids), behaviour_logprobs=[0.0] * len(ids), group_id=ep.traj_id,
-                        problem_id=str(ep.task), traj_id=ep.traj_id, step_index=t, action_valid=1.0,
-                        episode_reward=ep.reward, won=True, prompt_text=prompt, response_text=step.reply))
-  return out
+  return [step_sample(chat, ep, t, augment_observation(step.prompt, episode_skill=skills[ep.traj_id], anchors=anchors),
+                      step.reply, max_prompt_tokens)
+          for ep in replays for t, step in enumerate(ep.steps) if step.imitated]
 
 
 def opid_demonstration_samples(episodes: Sequence[DemoEpisode], review: Callable[[Any, Sequence[str]], Review],
