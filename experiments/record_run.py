@@ -11,18 +11,9 @@ import json
 import shutil
 from pathlib import Path
 
-from agentopd_jax.envs.alfworld.spec import game_name
+from agentopd_jax.eval.records import problem_name
 from agentopd_jax.storage import machine
 from agentopd_jax.storage.checkpoints import CheckpointPool
-
-
-def problem_name(problem: str) -> str:
-  """A panel problem as the records name it: an ALFWorld game file by its folder below the data root
-  (`game_name`: "valid_seen/<task>/<trial>"), which does not depend on where the cache is; other ids as they are."""
-  parts = Path(problem).parts
-  if parts and parts[-1].endswith(".tw-pddl") and len(parts) >= 4:
-    return game_name(problem)
-  return problem
 
 
 def record(run: Path, dest: Path, ran_here: bool = False) -> None:

@@ -154,9 +154,16 @@ def nested(values):
   return out
 
 
+# The model of the end-to-end runs: the `nano` preset, the CPU default's `tiny` at a fifteenth of its compute (same
+# built-in tokenizer, families and sharding), since those runs check plumbing, resumption and agreement, not learning.
+# Tests that pin the CPU default itself (test_default_warm_start.py, the notebooks) keep its model.
+TEST_MODEL = "nano"
+
+
 def tiny_alfworld_config(variant, workdir, games_root, **overrides):
-  """configs/alfworld.py:`variant` shrunk to a seconds-long run on `games_root` (8 fake devices, 2 iterations of
-  2 tasks x 2, 3 env steps); `section__field=value` overrides any field, `field=value` a top-level one."""
+  """configs/alfworld.py:`variant` shrunk to a seconds-long run on `games_root` (the `TEST_MODEL`, 8 fake devices,
+  2 iterations of 2 tasks x 2, 3 env steps); `section__field=value` overrides any field, `field=value` a top-level
+  one."""
   import importlib.util
 
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -168,6 +175,7 @@ def tiny_alfworld_config(variant, workdir, games_root, **overrides):
   c.env.data_root = games_root
   c.env.num_workers = 1
   c.mesh_shape = (8, 1, 1)
+  c.model.preset = TEST_MODEL
   c.sft.update(dict(steps=2, demos=4, batch_size=8, micro_batch_size=8, max_demo_steps=50))
   c.grpo.update(dict(iterations=2, tasks_per_iteration=2, group_size=2, mini_batch_size=16, micro_batch_size=8))
   c.rollout.update(dict(max_steps=3, max_response_tokens=8))

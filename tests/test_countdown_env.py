@@ -14,6 +14,7 @@ from agentopd_jax.envs.countdown.env import COMMANDS, MAX_MOVES, CountdownEnv, a
 from agentopd_jax.envs.countdown.spec import CountdownConfig
 from agentopd_jax.envs.countdown.text import CountdownText
 from agentopd_jax.rollout.text_envs import make_text_env
+from conftest import TEST_MODEL
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPEC = registry.get("countdown")
@@ -119,14 +120,14 @@ def test_task_pools_are_fixed_and_disjoint_as_games():
 
 def test_config_trains_through_the_entry_point(tmp_path):
   """SFT on the expert's episodes, two GRPO iterations validated (and checkpointed) at 0 and 2, and the env's
-  per-group metrics in the log and in the report columns `experiments/compare.py` tabulates. About 55 s of one
-  core, most of it compiling."""
+  per-group metrics in the log and in the report columns `experiments/compare.py` tabulates. On the tests' `nano`
+  model most of its time is compiling."""
   from agentopd_jax.eval.compare import cells, load_run
   from agentopd_jax.storage.checkpoints import CheckpointPool
   from agentopd_jax.storage.logs import read_metrics
 
   workdir = str(tmp_path / "run")
-  flags = {"workdir": workdir, "model.preset": "tiny", "env.num_workers": 1, "sft.steps": 2, "sft.demos": 8,
+  flags = {"workdir": workdir, "model.preset": TEST_MODEL, "env.num_workers": 1, "sft.steps": 2, "sft.demos": 8,
            "sft.batch_size": 8, "sft.micro_batch_size": 8, "grpo.iterations": 2, "grpo.tasks_per_iteration": 2,
            "grpo.group_size": 2, "grpo.mini_batch_size": 16, "grpo.micro_batch_size": 8,
            "rollout.max_steps": 4, "rollout.max_response_tokens": 8, "validation.num_tasks": 8,

@@ -10,6 +10,7 @@ import pytest
 from agentopd_jax.envs import registry
 from agentopd_jax.eval.coverage import (confirmation_report, coverage_report, forgetting_markdown, forgetting_report, historical_gap,
                                         is_solved, run_group_of, solved_set, to_markdown)
+from agentopd_jax.eval.records import problem_name
 from agentopd_jax.storage.checkpoints import CheckpointPool
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -112,6 +113,7 @@ def test_a_run_groups_its_problems_as_its_env_groups_its_tasks(tmp_path):
   group_of = run_group_of(run_dir)
   assert group_of(path[P1]) == "pick_and_place" and group_of(path[L2]) == "look_at_obj_in_light"
   assert group_of(X) is None  # no task of the run
+  assert group_of(problem_name(path[L1])) == "look_at_obj_in_light"  # a record's name for it (experiments/record_run)
   webshop = tmp_path / "webshop"
   webshop.mkdir()
   (webshop / "config.json").write_text(json.dumps({"env": {"name": "webshop"}}))

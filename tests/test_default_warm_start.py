@@ -7,7 +7,6 @@ and seed exactly as a user does (one CPU device, the generated games), with a sh
 panel, and compares the SFT losses, the step-0 validation metrics and the per-problem outcomes with pinned values.
 When a change is meant to move them, re-pin here and re-record the default's numbers wherever docs quote them.
 """
-import json
 import os
 import subprocess
 import sys

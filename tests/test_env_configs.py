@@ -17,6 +17,7 @@ from agentopd_jax.envs.webshop.expert import plan, top_result_plan  # noqa: E402
 from agentopd_jax.storage.checkpoints import CheckpointPool  # noqa: E402
 from agentopd_jax.storage.logs import read_metrics  # noqa: E402
 from agentopd_jax.training.config import from_config_dict  # noqa: E402
+from conftest import TEST_MODEL  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # config file -> (env name, validation metrics only that env reports)
@@ -182,7 +183,7 @@ def test_webshop_reward_settings_reach_the_env_workers():
 
 def _cli(script, name, workdir, *extra, variant=""):
   overrides = {
-      "workdir": workdir, "env.num_workers": 1, "sft.steps": 2, "sft.demos": 6, "sft.batch_size": 8,
+      "workdir": workdir, "model.preset": TEST_MODEL, "env.num_workers": 1, "sft.steps": 2, "sft.demos": 6, "sft.batch_size": 8,
       "sft.micro_batch_size": 8, "grpo.iterations": 1, "grpo.tasks_per_iteration": 2, "grpo.group_size": 2,
       "grpo.mini_batch_size": 16, "grpo.micro_batch_size": 8, "rollout.max_steps": 4,
       "rollout.max_response_tokens": 8, "validation.num_tasks": 4, "validation.attempts": 1,

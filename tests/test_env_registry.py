@@ -5,7 +5,6 @@ import ast
 import dataclasses
 import functools
 import json
-import os
 import re
 import subprocess
 import sys

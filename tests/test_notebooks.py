@@ -1,7 +1,6 @@
 """Every notebook's code cells run top to bottom, in-process, as a fresh kernel would from the repository root (the
 quickstart's run shrunk to seconds by $AGENTOPD_NOTEBOOK_SMOKE; the others on their demonstration data)."""
 import json
-import os
 import pathlib
 
 import pytest

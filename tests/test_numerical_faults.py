@@ -74,4 +74,5 @@ def test_a_run_whose_updates_turn_non_finite_stops_with_good_checkpoints(tmp_pat
 
 def _abstract():
   from agentopd_jax.models import config as model_config, transformer
-  return transformer.abstract_params(model_config.preset("tiny"))
+  from conftest import TEST_MODEL
+  return transformer.abstract_params(model_config.preset(TEST_MODEL))

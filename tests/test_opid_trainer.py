@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("alfworld", reason="generating games needs the alfworld wheel's domain files ([envs] extra)")
 
-from conftest import tiny_alfworld_config  # noqa: E402
+from conftest import TEST_MODEL, tiny_alfworld_config  # noqa: E402
 from agentopd_jax.models import config as model_config, transformer  # noqa: E402
 from agentopd_jax.scoring.teacher_signals import score_teacher  # noqa: E402
 from agentopd_jax.methods.opid import hindsight  # noqa: E402
@@ -111,7 +111,7 @@ def test_each_routed_sample_is_scored_once_under_its_skill_prompt(opid_run):
         assert t.prompt_ids == chat.prompt_ids(text)[-limit:] and limit == c.rollout.max_prompt_tokens
     # A^OPID = A^ep + w·(log π_old(y | ĥ) − behaviour log-prob), token by token, w = 1 on both routes, both
     # log-probs at the rollout temperature.
-    model = model_config.preset("tiny")
+    model = model_config.preset(TEST_MODEL)
     seqs = ep_seqs + step_seqs
     teacher = score_teacher(model, params, seqs, temperature=c.rollout.temperature)
     by_seq = {(t.traj_id, t.step_index): sig.logprobs for t, sig in zip(seqs, teacher)}
@@ -122,7 +122,7 @@ def test_each_routed_sample_is_scored_once_under_its_skill_prompt(opid_run):
 
 def _params(workdir, step):
   with CheckpointPool(os.path.join(workdir, "checkpoints"), read_only=True) as pool:
-    return pool.restore_params(step, transformer.abstract_params(model_config.preset("tiny")))
+    return pool.restore_params(step, transformer.abstract_params(model_config.preset(TEST_MODEL)))
 
 
 def test_resumed_run_matches_an_uninterrupted_one(opid_run, tmp_path, games_root):

@@ -94,7 +94,7 @@ def test_a_mistake_without_a_step_skill_is_not_imitated_and_a_failed_review_is_c
 def test_retry_demonstrations_read_the_workflow_of_the_won_episode_in_every_prompt():
   """`workflows` keeps the won, reviewable episodes with the oracle's workflow; a follower's replay of one gets that
   workflow in every prompt, as the retry splices it, and imitates every step but an inserted mistake."""
-  chat, cfg = _chat(), OpidConfig(max_step_skills=5)
+  chat = _chat()
   lost = DemoEpisode("game-8", 8, _episode().steps[:2], reward=0.0)
 
   def broken_for_9(task, actions):

@@ -14,7 +14,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import tiny_alfworld_config
+from conftest import TEST_MODEL, tiny_alfworld_config
 from agentopd_jax.models import config as model_config, transformer
 from agentopd_jax.storage.checkpoints import CheckpointPool
 from agentopd_jax.storage.logs import read_metrics, untimed
@@ -25,7 +25,7 @@ def _record(workdir):
   """(params of the last checkpoint, per-step (untimed metrics, outcomes), untimed log records)."""
   with CheckpointPool(os.path.join(workdir, "checkpoints"), read_only=True) as pool:
     steps = pool.steps()
-    params = pool.restore_params(steps[-1], transformer.abstract_params(model_config.preset("tiny")))
+    params = pool.restore_params(steps[-1], transformer.abstract_params(model_config.preset(TEST_MODEL)))
     meta = {s: (untimed(pool.metadata(s)["metrics"]), pool.metadata(s)["outcomes"]) for s in steps}
   logs = [untimed(r) for r in read_metrics(os.path.join(workdir, "logs"))]
   return params, meta, logs
@@ -123,7 +123,7 @@ def test_sft_trains_in_sft_dtype_whatever_the_runs_model_dtype(monkeypatch):
   for sft_dtype, expected in (("float32", "float32"), ("", "bfloat16")):
     cfg = from_config_dict(tiny_alfworld_config("", "/tmp/x", "/tmp/games", model__dtype="bfloat16",
                                                 sft__dtype=sft_dtype))
-    parts = types.SimpleNamespace(cfg=cfg, model=model_config.preset("tiny").replace(dtype="bfloat16"), mesh=None)
+    parts = types.SimpleNamespace(cfg=cfg, model=model_config.preset(TEST_MODEL).replace(dtype="bfloat16"), mesh=None)
     with pytest.raises(StopIteration):
       warm_start.sft(parts)
     assert built[-1] == expected

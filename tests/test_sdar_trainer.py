@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("alfworld", reason="generating games needs the alfworld wheel's domain files ([envs] extra)")
 
-from conftest import tiny_alfworld_config  # noqa: E402
+from conftest import TEST_MODEL, tiny_alfworld_config  # noqa: E402
 from agentopd_jax.methods.sdar import teacher as sdar_teacher  # noqa: E402
 from agentopd_jax.models import config as model_config, transformer  # noqa: E402
 from agentopd_jax.objectives.registry import get_objective  # noqa: E402
@@ -74,7 +74,7 @@ def test_teacher_is_scored_once_per_sample_per_iteration(sdar_run):
 
 def _params(workdir, step):
   with CheckpointPool(os.path.join(workdir, "checkpoints"), read_only=True) as pool:
-    return pool.restore_params(step, transformer.abstract_params(model_config.preset("tiny")))
+    return pool.restore_params(step, transformer.abstract_params(model_config.preset(TEST_MODEL)))
 
 
 def test_resumed_run_matches_with_its_ucb_state(sdar_run, tmp_path, games_root):

@@ -12,6 +12,7 @@ import ml_collections
 import pytest
 
 from agentopd_jax.training import sweep as sweeps
+from conftest import TEST_MODEL
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEARCH = os.path.join(ROOT, "configs", "searchqa.py")
@@ -90,7 +91,7 @@ def test_a_bad_sweep_field_is_one_error_naming_it(fields, message):
     sweeps.expand(_sweep(**fields))
 
 
-TINY = {"env": {"num_workers": 1}, "sft": {"steps": 2, "demos": 6, "batch_size": 8, "micro_batch_size": 8},
+TINY = {"model": {"preset": TEST_MODEL}, "env": {"num_workers": 1}, "sft": {"steps": 2, "demos": 6, "batch_size": 8, "micro_batch_size": 8},
         "grpo": {"iterations": 1, "tasks_per_iteration": 2, "group_size": 2, "mini_batch_size": 16,
                  "micro_batch_size": 8},
         "rollout": {"max_steps": 4, "max_response_tokens": 8},

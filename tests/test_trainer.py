@@ -29,6 +29,7 @@ from agentopd_jax.models.loading import pool_params  # noqa: E402
 from agentopd_jax.storage import machine  # noqa: E402
 from agentopd_jax.storage.checkpoints import CheckpointPool  # noqa: E402
 from agentopd_jax.storage.logs import read_metrics, untimed  # noqa: E402
+from conftest import TEST_MODEL  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ITERATIONS = 2
@@ -43,7 +44,7 @@ def games_root(tmp_path_factory):
 
 def _flags(workdir, games_root, **extra):
   overrides = {
-      "workdir": workdir, "env.data_root": games_root, "env.num_workers": 1, "mesh_shape": "(8,1,1)",
+      "workdir": workdir, "model.preset": TEST_MODEL, "env.data_root": games_root, "env.num_workers": 1, "mesh_shape": "(8,1,1)",
       "sft.steps": 2, "sft.demos": 4, "sft.batch_size": 8, "sft.micro_batch_size": 8,
       "grpo.iterations": ITERATIONS, "grpo.tasks_per_iteration": 2, "grpo.group_size": 4,
       "grpo.mini_batch_size": 16, "grpo.micro_batch_size": 8, "rollout.max_steps": 3,
@@ -73,7 +74,7 @@ def _params(workdir, step, merged=False):
   with CheckpointPool(os.path.join(workdir, "checkpoints"), read_only=True) as pool:
     if merged:
       return pool_params(pool, step, pool.restore_base(pool.saved_base()))
-    return pool.restore_params(step, transformer.abstract_params(model_config.preset("tiny")))
+    return pool.restore_params(step, transformer.abstract_params(model_config.preset(TEST_MODEL)))
 
 
 @pytest.fixture(scope="module")

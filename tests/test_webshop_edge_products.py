@@ -156,7 +156,7 @@ def test_sub_page_buttons_win_over_options(env, name):
 
 def test_navigation_buttons_win_over_options(env):
   results = env.page.text
-  item = env.step("click[b0edge0001]")[0]
+  env.step("click[b0edge0001]")
   assert env.step("click[< prev]")[0] == results and env.options == {}
   env.step("click[b0edge0001]")
   assert env.step("click[back to search]")[0] == pages.search_page(INSTR).text

@@ -17,6 +17,7 @@ import os
 from collections.abc import Callable, Mapping
 
 from agentopd_jax.envs import registry
+from agentopd_jax.eval.records import problem_name
 
 # "any": solved if some attempt succeeded (the authors' EM > 0 at greedy n=1); "majority": more than half did.
 SOLVED_RULES = ("any", "majority")
@@ -41,7 +42,8 @@ def solved_set(outcomes: Outcomes, rule: str = "any") -> frozenset[str]:
 
 def run_group_of(run_dir: str | os.PathLike) -> GroupOf:
   """problem id -> group for the run in `run_dir`: its env's `EnvSpec.group_of` over the validation tasks its
-  `config.json` names (the panel is a prefix of them), under the ids the rollout gives problems (`str(task)`)."""
+  `config.json` names (the panel is a prefix of them), under the ids the rollout gives problems (`str(task)`) and
+  under those its records give them (`records.problem_name`), so a run's record groups as the run does."""
   path = os.path.join(run_dir, "config.json")
   if not os.path.isfile(path):
     raise FileNotFoundError(f"{run_dir}: no config.json (the trainer writes it), so no env to group problems by")
@@ -52,7 +54,9 @@ def run_group_of(run_dir: str | os.PathLike) -> GroupOf:
   spec = registry.get(env_cfg.name)
   if spec.task_group is None:
     return lambda problem: None
-  groups = {str(task): spec.group_of(task) for task in spec.tasks(env_cfg)[1]}
+  groups = {}
+  for task in spec.tasks(env_cfg)[1]:
+    groups[str(task)] = groups[problem_name(str(task))] = spec.group_of(task)
   return groups.get
 
 

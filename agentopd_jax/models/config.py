@@ -350,8 +350,12 @@ def _qwen3(**kw):
 
 
 # Shapes of the public checkpoints (for random-init benchmarks and as a check when loading real weights),
-# plus CPU-sized models. `tiny` pairs with the built-in tokenizer (vocab 2048).
+# plus CPU-sized models. `tiny` pairs with the built-in tokenizer (vocab 2048); `nano` too, at a fifteenth of its
+# compute: the model of the end-to-end tests, whose runs check plumbing, resumption and agreement, not learning.
 PRESETS = {
+    "nano": lambda: ModelConfig(family="qwen2", vocab_size=2048, hidden_size=64, intermediate_size=176,
+                                num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16, rope_theta=1e4,
+                                qkv_bias=True, tie_embeddings=True, max_position_embeddings=4096),
     "tiny": lambda: ModelConfig(family="qwen2", vocab_size=2048, hidden_size=256, intermediate_size=704,
                                 num_layers=4, num_heads=4, num_kv_heads=2, head_dim=64, rope_theta=1e4,
                                 qkv_bias=True, tie_embeddings=True, max_position_embeddings=4096),

@@ -44,7 +44,7 @@ from agentopd_jax.training.train_step import BadUpdates, cached_train_step, make
 
 VALIDATION_STREAM = 10**6  # fold_in index of the validation key; GRPO iteration i uses index i
 LORA_STREAM = 3 * 10**6    # fold_in index of a LoRA run's adapter initialisation
-RANDOM_INIT_PRESETS = ("tiny", "small")  # CPU-sized models trained from scratch; larger ones load a checkpoint
+RANDOM_INIT_PRESETS = ("nano", "tiny", "small")  # CPU-sized models trained from scratch; larger ones load a checkpoint
 
 
 def _plain(mapping) -> dict:
