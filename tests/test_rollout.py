@@ -1,4 +1,4 @@
-"""Rollout engine invariants in both layouts, on generated ALFWorld games with a tiny random model.
+"""Rollout engine invariants in both layouts, on generated ALFWorld games with the tests' small random model.
 
 What must hold for training to be correct: completion ids, masks and behaviour log-probs line up token for token;
 the loss mask covers exactly the generated tokens (never an observation or prompt token); the behaviour log-probs
@@ -33,6 +33,7 @@ from agentopd_jax.envs.alfworld.text import AlfworldText  # noqa: E402
 from agentopd_jax.rollout.text_envs import make_text_env  # noqa: E402
 from agentopd_jax.sampling.sampler import SHARE_WHEN_SAVED, Sampler, SamplingParams  # noqa: E402
 from agentopd_jax.scoring.fused import ScoreConfig, make_score_fn  # noqa: E402
+from conftest import TEST_MODEL  # noqa: E402
 
 MAX_STEPS = 4
 
@@ -43,7 +44,7 @@ def setup(tmp_path_factory):
   generator.generate(root, sizes={"train": 6})
   games = data.game_files("train", root)[:3]
   tokenizer = builtin_tokenizer(default_corpus())
-  config = model_config.preset("tiny")
+  config = model_config.preset(TEST_MODEL)
   params = transformer.init_params(config, jax.random.key(0))
   return games, tokenizer, config, params, Sampler(config, tokenizer)
 
