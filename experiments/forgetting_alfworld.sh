@@ -16,7 +16,7 @@
 #    composition, SDAR's gate over the pool's step 8 against plain distillation from it, 3 seeds
 #    (configs/sweeps/composition.py).
 # 5. Records (results/forgetting_opd, results/composition): every run, recorded as its seed finishes; then its last
-#    checkpoint on the report half of the 128-game panel with $ATTEMPTS attempts per game (`eval_report$ATTEMPTS.json`),
+#    checkpoint on the report half of the 64-game panel with $ATTEMPTS attempts per game (`eval_report$ATTEMPTS.json`),
 #    and the student the same way per seed (`student/`); then the tables, per task type, paired by seed
 #    (experiments/tables.py --endpoint).
 set -euo pipefail
@@ -71,7 +71,7 @@ report_eval() {  # workdir seed dest: the last checkpoint on the panel's report 
   local out=$1/eval_report${ATTEMPTS}_s$2
   if [ ! -f "$3" ]; then
     python experiments/evaluate.py --config="$CONFIG" --config.workdir="$1" --config.seed="$2" \
-      --config.validation.num_tasks=128 --step=latest --panel_half=report --attempts="$ATTEMPTS" --out="$out"
+      --config.validation.num_tasks=64 --step=latest --panel_half=report --attempts="$ATTEMPTS" --out="$out"
     python experiments/record_run.py --eval "$out/eval.json" "$3"
   fi
 }

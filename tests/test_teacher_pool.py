@@ -186,6 +186,15 @@ def test_split_panel_keeps_play_order_and_rounds_the_selection_half_up():
     split_panel(["z"])
 
 
+def test_split_panel_splits_each_group_so_every_group_is_reported():
+  """A panel in play order with its groups in runs (ALFWorld's sorted games: every Look before every Pick): a plain
+  cut would report no Look; the split within groups puts each group's first half in selection."""
+  panel = ["l1", "l2", "l3", "p1", "p2", "p3", "p4", "p5"]
+  assert split_panel(panel) == ({"l1", "l2", "l3", "p1"}, {"p2", "p3", "p4", "p5"})
+  assert split_panel(panel, lambda p: p[0]) == ({"l1", "l2", "p1", "p2", "p3"}, {"l3", "p4", "p5"})
+  assert split_panel(PANEL, GROUPS.get) == (SELECTION, REPORT)  # pick d | f, heat b | c, the ungrouped h a | g e
+
+
 def test_held_out_pool_reads_only_the_selection_half(held_out_run):
   pool = build_teacher_pool(held_out_run, selection=SELECTION)
   assert pool.student.step == 5  # best on the selection half; the recorded (whole-panel) best is step 10

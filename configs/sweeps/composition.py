@@ -13,7 +13,7 @@ prompts and differ only in how its signal enters the update:
   opsd     every token distilled, no gate, no task reward (plain OPD from the pool checkpoint)
   default  continued GRPO from the student
 Every arm rolls out the same 8 tasks x 4 per iteration and splits its step samples into `grpo.mini_batch_size`
-mini-batches (`batch/updates` in the metrics). 3 seeds; validation on the 128 games of the forgetting runs.
+mini-batches (`batch/updates` in the metrics). 3 seeds; validation on the 64 games of the forgetting runs.
 """
 import ml_collections
 
@@ -30,6 +30,6 @@ def get_config():
       "warm_start_run": POOL, "warm_start_step": "latest",
       "teacher": {"source": "pool", "pool_run": POOL, "pool_step": TEACHER_STEP},
       "grpo": {"iterations": 8},
-      "validation": {"every": 4, "num_tasks": 128},
+      "validation": {"every": 4, "num_tasks": 64},
   }
   return s

@@ -19,8 +19,9 @@ optimizer steps (`batch/updates` in each run's metrics says how many):
   hcn_no_lad       HCN, every rollout distilled
   hcn_lad_routed   HCN + LAD, the OPD term a mean over the routed tokens (`agentic_opd.lad_norm`)
   continued_grpo   GRPO from the student on the same rollouts per iteration
-Held-out selection: the runs validate on 128 games; the pool's 64 (the first half) are where teachers are chosen
-(`agentic_opd.selection_panel="held_out"`), the other 64 (`val_report/`) where success is reported.
+Held-out selection: the runs validate on the pool's panel, the 64 generated validation games (17 Look, 47 Pick);
+the first half of each task type's games are where teachers are chosen (`agentic_opd.selection_panel="held_out"`),
+the rest (`val_report/`: 8 Look, 23 Pick) where success is reported, per type too.
 """
 import ml_collections
 
@@ -36,7 +37,7 @@ def get_config():
       "agentic_opd": {"teacher_run": POOL, "student_step": "latest"},
       "warm_start_run": POOL, "warm_start_step": "latest",   # continued GRPO's start; Agentic-OPD reads agentic_opd.*
       "grpo": {"iterations": 8},
-      "validation": {"every": 4, "num_tasks": 128},
+      "validation": {"every": 4, "num_tasks": 64},
   }
   s.zip = {
       "method": ["agentic_opd"] * 5 + ["grpo"],

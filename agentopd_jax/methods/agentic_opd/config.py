@@ -24,8 +24,9 @@ class AgenticOpdConfig:
   selection_interval: int = 4          # iterations between teacher re-selections (a multiple of validation.every)
   solved_rule: str = "any"             # a problem is solved by a checkpoint if any attempt won ("majority": most)
   prune_dominated: bool = False        # drop teachers whose solved set another teacher's contains
-  selection_panel: str = "held_out"    # "held_out": the student, the solved sets and the scheduler read the panel's
-                                       # first half, `val_report/` reports the rest; "whole": all of it for both
+  selection_panel: str = "held_out"    # "held_out": the student, the solved sets and the scheduler read the first
+                                       # half of each task group's problems on the panel, `val_report/` reports the
+                                       # rest; "whole": all of it for both
   lad: str = "group_rates"             # LAD routing: "group_rates" (teacher rollouts on the same tasks) or "off"
   whole_batch_update: bool = False     # one optimizer step over the whole batch per iteration, as the authors'
                                        # trainer; False: grpo.mini_batch_size mini-batches, as every method takes

@@ -15,7 +15,7 @@
   N       with the student's outcomes P_t and hot-swap it.
 
 Held-out selection (`agentic_opd.selection_panel="held_out"`, the default): the validation panel splits into a
-selection half (its first ceil(n/2) problems, `pool.split_panel`) and a report half. The student's choice, the
+selection half (the first ceil(n/2) problems of each task group, `pool.split_panel`) and a report half. The student's choice, the
 teachers' solved sets, the scheduler's universe and the student's P_t see only the selection half, and every
 validation logs `val_select/` and `val_report/` success from its per-problem outcomes, so `val_report/` measures the
 student on problems no choice has seen. "whole" selects on the whole panel and logs neither.
@@ -97,7 +97,7 @@ class AgenticOpd(Method):
                        f"--config=configs/{ctx.env_name}.py` first or point it at one")
     self.ctx = ctx
     if o.selection_panel == "held_out":
-      self.selection, self.report = split_panel(list(ctx.panel_groups))
+      self.selection, self.report = split_panel(list(ctx.panel_groups), ctx.panel_groups.get)
     self.pool = build_teacher_pool(o.teacher_run, o.student_step, o.prune_dominated, o.solved_rule,
                                    evaluate=self.evaluate_checkpoint, selection=self.selection)
     if not self.pool.teachers:

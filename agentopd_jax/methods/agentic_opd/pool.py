@@ -8,8 +8,9 @@ greedy n=1); "majority" when more than half did (for runs validated with several
 saved without outcomes gets them from the caller's `evaluate(step)` (the OPD trainer plays it on the panel).
 
 Held-out selection (`split_panel`, `agentic_opd.selection_panel="held_out"`): the student's choice, the solved sets
-and the scheduler's universe read only the first half of the validation panel, so the success reported on the second
-half (`val_report/`) is measured on problems no choice has seen; with `selection=None` they read the whole panel.
+and the scheduler's universe read only the selection half of the validation panel (the first half of each task
+group's problems), so the success reported on the other half (`val_report/`) is measured on problems no choice has
+seen, every group on both sides; with `selection=None` they read the whole panel.
 
 Optional startup pruning (the authors' older version): drop teacher i when Q_i ⊆ Q_j for some j ≠ i; of equal sets
 the lowest step stays. The newest authors' code keeps every teacher eligible, hence off by default.
@@ -24,6 +25,7 @@ import dataclasses
 import json
 import os
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Dict, List, Optional
 
 from agentopd_jax.eval.coverage import SOLVED_RULES, solved_set
 from agentopd_jax.storage.atomic import atomic_write_json
@@ -90,16 +92,22 @@ def checkpoint_outcomes(pool: CheckpointPool, step: int,
   return outcomes
 
 
-def split_panel(panel: Sequence[str]) -> tuple[frozenset[str], frozenset[str]]:
-  """(selection half, report half) of the validation panel's problem ids in play order: the first ceil(n/2)
-  distinct problems and the rest. Choosing on one half and reporting the other keeps the choice from inflating the
-  reported success; a teacher run validated on half as many problems selects on exactly its own panel."""
+def split_panel(panel: Sequence[str],
+                group_of: Callable[[str], Optional[str]] = lambda problem: None) -> tuple[frozenset[str], frozenset[str]]:
+  """(selection half, report half) of the validation panel's problem ids in play order, split within each group
+  (`group_of`, e.g. ALFWorld's task type; problems of no group form one): its first ceil(n/2) distinct problems
+  and the rest. Choosing on one half and reporting the other keeps the choice from inflating the reported success;
+  splitting each group keeps every group on both sides, where a panel in play order (ALFWorld's games sorted by
+  task type) would put whole types on one side, and per-type success could not be reported."""
   ids = list(dict.fromkeys(panel))
   if len(ids) < 2:
     raise ValueError(f"agentic_opd.selection_panel='held_out' needs a validation panel of at least 2 problems "
                      f"(validation.num_tasks), got {len(ids)}")
-  cut = -(-len(ids) // 2)
-  return frozenset(ids[:cut]), frozenset(ids[cut:])
+  groups: Dict[Optional[str], List[str]] = {}
+  for problem in ids:
+    groups.setdefault(group_of(problem), []).append(problem)
+  selection = {p for members in groups.values() for p in members[:-(-len(members) // 2)]}
+  return frozenset(selection), frozenset(ids) - selection
 
 
 def restricted(outcomes: Mapping[str, tuple[int, int]],
