@@ -15,10 +15,10 @@
 # 4. Agentic-OPD on that pool against continued GRPO, 5 seeds (configs/sweeps/forgetting_opd.py), and the
 #    composition, SDAR's gate over the pool's step 8 against plain distillation from it, 3 seeds
 #    (configs/sweeps/composition.py).
-# 5. Records (results/forgetting_opd, results/composition): every run, recorded as its seed finishes; then its last
-#    checkpoint on the report half of the 64-game panel with $ATTEMPTS attempts per game (`eval_report$ATTEMPTS.json`),
-#    and the student the same way per seed (`student/`); then the tables, per task type, paired by seed
-#    (experiments/tables.py --endpoint).
+# 5. Records (results/forgetting_opd, results/composition), as each seed finishes: every run, and its last checkpoint
+#    on the report half of the 64-game panel with $ATTEMPTS attempts per game (`eval_report$ATTEMPTS.json`), and the
+#    student the same way (`student/`); then the tables, per task type, paired by seed (experiments/tables.py
+#    --endpoint).
 set -euo pipefail
 ATTEMPTS=${ATTEMPTS:-16}
 CONFIG=configs/alfworld.py
@@ -49,24 +49,6 @@ for step in 8 latest; do  # the skill-not-luck evaluations, beside the pool's re
   [ -f "$RECORD/eval_${step}_attempts$ATTEMPTS.json" ] || \
     python experiments/record_run.py --eval "$POOL/eval_$step/eval.json" "$RECORD/eval_${step}_attempts$ATTEMPTS.json"
 done
-record_seed() {  # table seed: record that seed's finished runs of a sweep, as soon as they finish
-  local run
-  for run in runs/sweeps/$1/*-s"$2"; do
-    [ -f "$run/summary.json" ] || continue
-    [ -d "results/$1/$(basename "$run")" ] || python experiments/record_run.py "$run" "results/$1/$(basename "$run")"
-  done
-}
-for seed in 0 1 2 3 4; do  # seed by seed, each seed's records written before the next starts
-  python experiments/sweep.py --sweep=configs/sweeps/forgetting_opd.py --sweep.seeds="($seed,)" || \
-    echo "[forgetting_opd] seed $seed: a run failed"
-  record_seed forgetting_opd "$seed"
-done
-for seed in 0 1 2; do
-  python experiments/sweep.py --sweep=configs/sweeps/composition.py --sweep.seeds="($seed,)" || \
-    echo "[composition] seed $seed: a run failed"
-  record_seed composition "$seed"
-done
-
 report_eval() {  # workdir seed dest: the last checkpoint on the panel's report half, $ATTEMPTS attempts per game
   local out=$1/eval_report${ATTEMPTS}_s$2
   if [ ! -f "$3" ]; then
@@ -76,16 +58,25 @@ report_eval() {  # workdir seed dest: the last checkpoint on the panel's report 
   fi
 }
 EVAL=report$ATTEMPTS
-for seed in 0 1 2 3 4; do
-  report_eval "$POOL" "$seed" "results/forgetting_opd/student/eval_${EVAL}_s$seed.json"
-done
-mkdir -p results/composition/student
-cp results/forgetting_opd/student/eval_"$EVAL"_s[012].json results/composition/student/
-for table in forgetting_opd composition; do
-  for run in runs/sweeps/$table/*-s[0-9]*; do
-    [ -d "results/$table/$(basename "$run")" ] || continue
-    report_eval "$run" "${run##*-s}" "results/$table/$(basename "$run")/eval_$EVAL.json"
+record_seed() {  # table seed: that seed's finished runs of a sweep recorded and evaluated, the student too
+  local run student=results/forgetting_opd/student/eval_${EVAL}_s$2.json  # one student, both tables
+  report_eval "$POOL" "$2" "$student"
+  [ "$1" = forgetting_opd ] || { mkdir -p "results/$1/student" && cp "$student" "results/$1/student/"; }
+  for run in runs/sweeps/$1/*-s"$2"; do
+    [ -f "$run/summary.json" ] || continue
+    [ -d "results/$1/$(basename "$run")" ] || python experiments/record_run.py "$run" "results/$1/$(basename "$run")"
+    report_eval "$run" "$2" "results/$1/$(basename "$run")/eval_$EVAL.json"
   done
+}
+for seed in 0 1 2 3 4; do  # seed by seed, each seed's records and evaluations written before the next starts
+  python experiments/sweep.py --sweep=configs/sweeps/forgetting_opd.py --sweep.seeds="($seed,)" || \
+    echo "[forgetting_opd] seed $seed: a run failed"
+  record_seed forgetting_opd "$seed"
+done
+for seed in 0 1 2; do
+  python experiments/sweep.py --sweep=configs/sweeps/composition.py --sweep.seeds="($seed,)" || \
+    echo "[composition] seed $seed: a run failed"
+  record_seed composition "$seed"
 done
 python experiments/tables.py results/forgetting_opd --endpoint "$EVAL" --against results/forgetting_opd:static_best,continued_grpo
 python experiments/tables.py results/composition --endpoint "$EVAL" --against results/composition:default,opsd
