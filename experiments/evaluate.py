@@ -45,6 +45,7 @@ from agentopd_jax.training.assembly import (
   rollout_engine,
   sampling,
   validation_key,
+  validation_panel,
 )
 from agentopd_jax.training.config import from_config_dict, stale_flags
 
@@ -96,7 +97,7 @@ def main(argv):
   attempts = _ATTEMPTS.value or c.validation.attempts
   spec = registry.get(c.env.name)
   _, valid_games = spec.tasks(c.env)
-  panel = valid_games[:c.validation.num_tasks]
+  panel = validation_panel(valid_games, c.validation.num_tasks, c.env.name)
   if _HALF.value:
     halves = dict(zip(("selection", "report"), split_panel([str(task) for task in panel], {str(t): spec.group_of(t) for t in panel}.get)))
     panel = [task for task in panel if str(task) in halves[_HALF.value]]

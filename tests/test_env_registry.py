@@ -5,6 +5,7 @@ import ast
 import dataclasses
 import functools
 import json
+import logging
 import re
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from agentopd_jax.envs import registry
 from agentopd_jax.envs.countdown.env import CountdownEnv, solve
 from agentopd_jax.rollout.text_envs import make_text_env
 from agentopd_jax.training import presets
+from conftest import TEST_MODEL
 
 PACKAGE = Path(__file__).resolve().parents[1] / "agentopd_jax"
 BUILT_IN = ("alfworld", "countdown", "search", "webshop")
@@ -163,6 +165,7 @@ def test_an_env_registered_from_outside_trains_end_to_end(tmp_path, monkeypatch)
   registry.register(OUTSIDE)
   c = presets.cpu_base("outside_countdown")
   c.workdir = str(tmp_path / "run")
+  c.model.preset = TEST_MODEL
   c.env.num_games = 8
   c.env.reward_scale = 0.5
   c.env.num_workers = 1
@@ -180,3 +183,13 @@ def test_an_env_registered_from_outside_trains_end_to_end(tmp_path, monkeypatch)
   assert {line["phase"] for line in lines} >= {"sft", "train", "val"}
   episodes = [line for line in lines if line["phase"] == "train"]
   assert episodes and all(line["episode/length/mean"] >= 1 for line in episodes)
+
+
+def test_a_panel_longer_than_the_envs_validation_tasks_is_all_of_them_and_says_so(caplog):
+  from agentopd_jax.training.assembly import validation_panel
+
+  with caplog.at_level(logging.WARNING):
+    assert validation_panel(list(range(5)), 3, "alfworld") == [0, 1, 2]
+    assert not caplog.records
+    assert validation_panel(list(range(5)), 8, "alfworld") == [0, 1, 2, 3, 4]
+  assert "validation.num_tasks=8, but env alfworld has 5 validation tasks: the panel is all 5" in caplog.text

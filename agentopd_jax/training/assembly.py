@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import logging
 from pathlib import Path
 from typing import Any, Callable, List, Tuple
 
@@ -42,9 +43,19 @@ from agentopd_jax.training.config import RunConfig, from_config_dict, loss_param
 from agentopd_jax.training.config import method_names as methods_of
 from agentopd_jax.training.train_step import BadUpdates, cached_train_step, make_optimizer
 
+logger = logging.getLogger(__name__)
 VALIDATION_STREAM = 10**6  # fold_in index of the validation key; GRPO iteration i uses index i
 LORA_STREAM = 3 * 10**6    # fold_in index of a LoRA run's adapter initialisation
 RANDOM_INIT_PRESETS = ("nano", "tiny", "small")  # CPU-sized models trained from scratch; larger ones load a checkpoint
+
+
+def validation_panel(valid_tasks: List[Any], num_tasks: int, env_name: str) -> List[Any]:
+  """The validation panel: the first `num_tasks` of the env's validation tasks, all of them when it has fewer, which
+  is logged, since a config that names more problems than the panel holds misstates every table read from it."""
+  if num_tasks > len(valid_tasks):
+    logger.warning("validation.num_tasks=%d, but env %s has %d validation tasks: the panel is all %d of them",
+                   num_tasks, env_name, len(valid_tasks), len(valid_tasks))
+  return valid_tasks[:num_tasks]
 
 
 def _plain(mapping) -> dict:
@@ -194,7 +205,7 @@ def build_run(c) -> RunParts:
   spec = registry.get(cfg.env.name)
   train_tasks, valid_tasks = spec.tasks(cfg.env)
   g, v = cfg.grpo, cfg.validation
-  panel = valid_tasks[:v.num_tasks]
+  panel = validation_panel(valid_tasks, v.num_tasks, cfg.env.name)
   task_share = distributed.share(g.tasks_per_iteration, "grpo.tasks_per_iteration")
   panel_share = distributed.share(len(panel), "validation.num_tasks", even=False)
   batch = (task_share.stop - task_share.start) * g.group_size
