@@ -125,10 +125,10 @@ def main_table(t: Table, plan: Dict[str, List[int]], score: bool = False) -> Dic
           for temp in TEMPERATURES}
 
 
-def _cell(values: Dict[str, float]) -> str:
+def _cell(values: Dict[str, float], missing: str = "missing: not run yet") -> str:
   v = np.asarray(list(values.values()), float)
   if len(v) == 0:
-    return "missing: not run yet"
+    return missing
   return f"{v.mean():.1f}" if len(v) == 1 else f"{v.mean():.1f} ± {v.std(ddof=1):.1f}"
 
 
@@ -388,7 +388,8 @@ def per_group_markdown(t: Table, folder: Path, endpoint: str, against: str, w: D
            "| step samples / iteration |", "|---|---|" + "---|" * (len(groups) + 2)]
   for name, by_seed, work_key in [("student (the start)", student, None)] + [(a, values[a], a) for a in arms]:
     seeds = _seeds({str(s): 0.0 for s in by_seed}, plan.get(work_key) if work_key else None)
-    lines.append(f"| {name} | {seeds} | " + " | ".join(_cell(of(by_seed, g)) for g in groups)
+    missing = "missing: recorded, not evaluated yet" if t.runs.get(work_key) else "missing: not run yet"
+    lines.append(f"| {name} | {seeds} | " + " | ".join(_cell(of(by_seed, g), missing) for g in groups)
                  + f" | {_work_cells(w, work_key)} |")
   for ref in [n for n in names.split(",") if n]:
     base = values.get(ref, {})

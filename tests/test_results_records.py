@@ -199,6 +199,11 @@ def test_per_group_endpoint_table_by_hand(tmp_path):
                                                          "batch/samples": 90.0}))
       d.joinpath("summary.json").write_text("{}")
       d.joinpath("eval_report16.json").write_text(json.dumps(evaluation(*values)))
+  recorded = folder / "hcn_no_lad-s0"  # trained and recorded, its evaluation still to come
+  recorded.mkdir()
+  recorded.joinpath("metrics.jsonl").write_text(json.dumps({"phase": "train", "step": 1, "batch/updates": 2.0,
+                                                            "batch/samples": 90.0}))
+  recorded.joinpath("summary.json").write_text("{}")
   lines = report.report(folder, report.Block(endpoint="report16",
                                               against=f"{folder}:static_best,continued_grpo")).splitlines()
   assert lines[0].startswith("| arm | seeds | All (%) | Pick (%) | Look (%) |")
@@ -206,6 +211,7 @@ def test_per_group_endpoint_table_by_hand(tmp_path):
   row = {line.split(" | ")[0]: line for line in lines[:lines.index("")]}
   assert row["| static_best"] == "| static_best | 0,1 of 5 | 28.0 ± 2.8 | 18.0 ± 2.8 | 38.0 ± 2.8 | 2.00 | 90 |"
   assert row["| random_teacher"].startswith("| random_teacher | – of 5 | missing: not run yet |")
+  assert row["| hcn_no_lad"].startswith("| hcn_no_lad | – of 5 | missing: recorded, not evaluated yet |")
   against_best = lines[lines.index("") + 3:]
   # hcn_lad − static_best: All -5, +1 (mean -2, sd 4.243: t(0.975, 1) = 12.706 -> half-width 38.1); Look -10, -2
   hcn = next(line for line in against_best if line.startswith("| hcn_lad"))
