@@ -99,7 +99,8 @@ def main(argv):
   _, valid_games = spec.tasks(c.env)
   panel = validation_panel(valid_games, c.validation.num_tasks, c.env.name)
   if _HALF.value:
-    halves = dict(zip(("selection", "report"), split_panel([str(task) for task in panel], {str(t): spec.group_of(t) for t in panel}.get)))
+    groups = {str(task): spec.group_of(task) for task in panel}  # the trainer's panel_groups
+    halves = dict(zip(("selection", "report"), split_panel(list(groups), groups.get)))
     panel = [task for task in panel if str(task) in halves[_HALF.value]]
     label += f", {_HALF.value} half of the panel"
   engine = rollout_engine(c, config, tokenizer, mesh, len(panel) * attempts)

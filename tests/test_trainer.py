@@ -44,7 +44,8 @@ def games_root(tmp_path_factory):
 
 def _flags(workdir, games_root, **extra):
   overrides = {
-      "workdir": workdir, "model.preset": TEST_MODEL, "env.data_root": games_root, "env.num_workers": 1, "mesh_shape": "(8,1,1)",
+      "workdir": workdir, "model.preset": TEST_MODEL, "env.data_root": games_root, "env.num_workers": 1,
+      "mesh_shape": "(8,1,1)",
       "sft.steps": 2, "sft.demos": 4, "sft.batch_size": 8, "sft.micro_batch_size": 8,
       "grpo.iterations": ITERATIONS, "grpo.tasks_per_iteration": 2, "grpo.group_size": 4,
       "grpo.mini_batch_size": 16, "grpo.micro_batch_size": 8, "rollout.max_steps": 3,

@@ -15,10 +15,10 @@
   N       with the student's outcomes P_t and hot-swap it.
 
 Held-out selection (`agentic_opd.selection_panel="held_out"`, the default): the validation panel splits into a
-selection half (the first ceil(n/2) problems of each task group, `pool.split_panel`) and a report half. The student's choice, the
-teachers' solved sets, the scheduler's universe and the student's P_t see only the selection half, and every
-validation logs `val_select/` and `val_report/` success from its per-problem outcomes, so `val_report/` measures the
-student on problems no choice has seen. "whole" selects on the whole panel and logs neither.
+selection half (the first ceil(n/2) problems of each task group, `pool.split_panel`) and a report half. The
+student's choice, the teachers' solved sets, the scheduler's universe and the student's P_t see only the selection
+half, and every validation logs `val_select/` and `val_report/` success from its per-problem outcomes, so
+`val_report/` measures the student on problems no choice has seen. "whole" selects on the whole panel and logs neither.
 
 Why LAD compares group success rates rather than the solved sets Q_i − P_t: those sets are over the validation
 panel, and the student trains on training tasks, which no checkpoint's record covers. The teacher's own rollouts

@@ -92,8 +92,8 @@ def checkpoint_outcomes(pool: CheckpointPool, step: int,
   return outcomes
 
 
-def split_panel(panel: Sequence[str],
-                group_of: Callable[[str], Optional[str]] = lambda problem: None) -> tuple[frozenset[str], frozenset[str]]:
+def split_panel(panel: Sequence[str], group_of: Callable[[str], Optional[str]] = lambda problem: None
+                ) -> tuple[frozenset[str], frozenset[str]]:
   """(selection half, report half) of the validation panel's problem ids in play order, split within each group
   (`group_of`, e.g. ALFWorld's task type; problems of no group form one): its first ceil(n/2) distinct problems
   and the rest. Choosing on one half and reporting the other keeps the choice from inflating the reported success;
