@@ -19,8 +19,8 @@ import json
 import sys
 from typing import Iterable, List, Optional
 
+from agentopd_jax.envs import registry
 from agentopd_jax.envs.tags import Blocks
-from agentopd_jax.eval.records import problem_name
 
 _ACTION = Blocks("action")
 NONE = "(none)"
@@ -67,6 +67,7 @@ def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("traces", nargs="+", help="traces.jsonl files (evaluate.py --traces) or replies files")
   parser.add_argument("--replies_out", default="", help="write the one traces file's replies file here")
+  parser.add_argument("--env", default="alfworld", help="the env of the traces, whose record names --replies_out uses")
   args = parser.parse_args(argv)
   if args.replies_out and len(args.traces) != 1:
     parser.error("--replies_out takes one traces file")
@@ -81,8 +82,9 @@ def main(argv=None):
                "file)")
     print(json.dumps({"traces": path, **action_mix(episodes)}))
     if args.replies_out:
+      name = registry.get(args.env).record_name
       with open(args.replies_out, "w") as f:
-        f.writelines(json.dumps(dict(problem=problem_name(e["problem"]), won=e["won"], length=e["length"],
+        f.writelines(json.dumps(dict(problem=name(e["problem"]), won=e["won"], length=e["length"],
                                      replies=replies(e))) + "\n" for e in episodes)
 
 

@@ -124,6 +124,7 @@ def main(argv):
   ks = [int(k) for k in _KS.value if int(k) <= attempts]
   summary = evaluation_summary(records, spec.report.columns, outcomes, ks=ks)
   summary["evaluated"] = label
+  summary["env"] = c.env.name
   if _OPID.value:
     summary["opid_hindsight"] = retry
   out = _OUT.value or os.path.join(c.workdir, "eval")

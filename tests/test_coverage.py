@@ -1,4 +1,5 @@
 """Coverage analysis: hand-computed union / per-group / historical-gap numbers, and the CLI's three output files."""
+import importlib.util
 import json
 import os
 import subprocess
@@ -10,7 +11,6 @@ import pytest
 from agentopd_jax.envs import registry
 from agentopd_jax.eval.coverage import (confirmation_report, coverage_report, forgetting_markdown, forgetting_report, historical_gap,
                                         is_solved, run_group_of, solved_set, to_markdown)
-from agentopd_jax.eval.records import problem_name
 from agentopd_jax.storage.checkpoints import CheckpointPool
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -113,13 +113,37 @@ def test_a_run_groups_its_problems_as_its_env_groups_its_tasks(tmp_path):
   group_of = run_group_of(run_dir)
   assert group_of(path[P1]) == "pick_and_place" and group_of(path[L2]) == "look_at_obj_in_light"
   assert group_of(X) is None  # no task of the run
-  assert group_of(problem_name(path[L1])) == "look_at_obj_in_light"  # a record's name for it (experiments/record_run)
+  name = registry.get("alfworld").record_name
+  assert group_of(name(path[L1])) == "look_at_obj_in_light"  # a record's name for it (experiments/record_run)
+  assert name(path[L1]) == L1.rsplit("/", 1)[0] and name(name(path[L1])) == name(path[L1]) and name(X) == X
   webshop = tmp_path / "webshop"
   webshop.mkdir()
   (webshop / "config.json").write_text(json.dumps({"env": {"name": "webshop"}}))
   assert run_group_of(webshop)("3") is None  # an env without groups
   with pytest.raises(FileNotFoundError, match="no config.json"):
     run_group_of(tmp_path)
+
+
+def test_an_evaluation_is_recorded_under_its_envs_names(tmp_path):
+  """record_run --eval names problems by the env the report names, or by its run's env when it names none."""
+  spec = importlib.util.spec_from_file_location("record_run", os.path.join(REPO, "experiments", "record_run.py"))
+  record_run = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(record_run)
+  run_dir, path = _alfworld_run(tmp_path)
+  outcomes = {path[P1]: [1, 2], path[L1]: [0, 2]}
+  named = {P1.rsplit("/", 1)[0]: [1, 2], L1.rsplit("/", 1)[0]: [0, 2]}
+  for report in ({"outcomes": outcomes, "env": "alfworld"}, {"outcomes": outcomes}):
+    (run_dir / "eval").mkdir(exist_ok=True)
+    (run_dir / "eval" / "eval.json").write_text(json.dumps(report))
+    record_run.record_eval(run_dir / "eval" / "eval.json", tmp_path / "record.json")
+    assert json.loads((tmp_path / "record.json").read_text())["outcomes"] == named
+  search = {"outcomes": {"nq:17": [1, 4]}, "env": "search"}  # an env whose ids are their own names
+  (tmp_path / "search.json").write_text(json.dumps(search))
+  record_run.record_eval(tmp_path / "search.json", tmp_path / "search_record.json")
+  assert json.loads((tmp_path / "search_record.json").read_text())["outcomes"] == {"nq:17": [1, 4]}
+  (tmp_path / "lost.json").write_text(json.dumps({"outcomes": outcomes}))  # no env, no run around it
+  with pytest.raises(SystemExit, match="config.json"):
+    record_run.record_eval(tmp_path / "lost.json", tmp_path / "lost_record.json")
 
 
 def test_cli_writes_json_markdown_and_png(tmp_path):

@@ -315,6 +315,7 @@ def test_evaluate_cli_reports_a_checkpoint(uninterrupted, games_root):
   out = _finish(subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
   report = json.loads(open(os.path.join(uninterrupted, "eval", "eval.json")).read())
   assert report["episodes"] == 16 and report["problems"] == 8 and set(report["pass_at_k"]) == {"pass@1", "pass@2"}
+  assert report["env"] == "alfworld"  # what record_run.py names its problems by
   assert "| Task type |" in open(os.path.join(uninterrupted, "eval", "eval.md")).read()
   assert '"success_rate"' in out and '"opid_hindsight"' in out
   # The hindsight retry: the first play is the report's own; the second is recorded per problem.

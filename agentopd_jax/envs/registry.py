@@ -29,6 +29,10 @@ def _no_corpus(env_cfg) -> Tuple[List[str], List[str]]:
   return [], []
 
 
+def _same_name(problem: str) -> str:
+  return problem
+
+
 def shipped_skill_bank(env_name: str) -> str:
   """The folder of the SkillBank an env ships (`agentopd_jax/skills/banks/<env>/`), found without importing skills/."""
   return str(Path(__file__).resolve().parents[1] / "skills" / "banks" / env_name)
@@ -128,6 +132,8 @@ class EnvSpec:
   task_group: task -> its group, the name its validation metrics use (`val/<group>_success_rate`: ALFWorld's task
     type, search-QA's data source); what `grpo.task_phases` draws by. None: the env's tasks have no groups.
   report: the env's report columns and headline (`ReportSpec`).
+  record_name: problem id -> its name in run records (`experiments/record_run.py`): one that does not depend on
+    where the env's data lives, and that names itself (a record's name maps to itself). Default: the id.
   config: the class of the run config's `env` section for this env: `EnvCommon` or a subclass with the env's own
     fields and their defaults (`training.config.RunConfig.env`).
   """
@@ -144,6 +150,7 @@ class EnvSpec:
   skill_follower: Optional[Callable[[Any], Callable[[Any, str], List[str]]]] = None
   task_group: Optional[Callable[[Any], Optional[str]]] = None
   report: ReportSpec = ReportSpec()
+  record_name: Callable[[str], str] = _same_name
   config: type = EnvCommon
 
   def group_of(self, task) -> Optional[str]:

@@ -17,7 +17,6 @@ import os
 from collections.abc import Callable, Mapping
 
 from agentopd_jax.envs import registry
-from agentopd_jax.eval.records import problem_name
 
 # "any": solved if some attempt succeeded (the authors' EM > 0 at greedy n=1); "majority": more than half did.
 SOLVED_RULES = ("any", "majority")
@@ -43,7 +42,7 @@ def solved_set(outcomes: Outcomes, rule: str = "any") -> frozenset[str]:
 def run_group_of(run_dir: str | os.PathLike) -> GroupOf:
   """problem id -> group for the run in `run_dir`: its env's `EnvSpec.group_of` over the validation tasks its
   `config.json` names (the panel is a prefix of them), under the ids the rollout gives problems (`str(task)`) and
-  under those its records give them (`records.problem_name`), so a run's record groups as the run does."""
+  under those its records give them (`EnvSpec.record_name`), so a run's record groups as the run does."""
   path = os.path.join(run_dir, "config.json")
   if not os.path.isfile(path):
     raise FileNotFoundError(f"{run_dir}: no config.json (the trainer writes it), so no env to group problems by")
@@ -56,7 +55,7 @@ def run_group_of(run_dir: str | os.PathLike) -> GroupOf:
     return lambda problem: None
   groups = {}
   for task in spec.tasks(env_cfg)[1]:
-    groups[str(task)] = groups[problem_name(str(task))] = spec.group_of(task)
+    groups[str(task)] = groups[spec.record_name(str(task))] = spec.group_of(task)
   return groups.get
 
 

@@ -18,20 +18,10 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from agentopd_jax.eval.compare import holm, paired, paired_ci
-from agentopd_jax.envs.alfworld.spec import game_name
 from agentopd_jax.envs.verl_agent.metrics import WEBSHOP_SCORE_KEY
 from agentopd_jax.storage.logs import renamed
 
 VAL_SCORE = f"val/{WEBSHOP_SCORE_KEY}"
-
-
-def problem_name(problem: str) -> str:
-  """A panel problem as the records name it: an ALFWorld game file by its folder below the data root
-  (`game_name`: "valid_seen/<task>/<trial>"), which does not depend on where the cache is; other ids as they are."""
-  parts = Path(problem).parts
-  if parts and parts[-1].endswith(".tw-pddl") and len(parts) >= 4:
-    return game_name(problem)
-  return problem
 
 
 @dataclasses.dataclass

@@ -131,6 +131,13 @@ def game_name(gamefile: str) -> str:
   return "/".join(Path(gamefile).parts[-4:-1])
 
 
+def record_name(problem: str) -> str:
+  """A panel problem as run records name it: a game file by `game_name`, which does not depend on where the cache
+  is; anything else (a record's name already) as it is."""
+  parts = Path(problem).parts
+  return game_name(problem) if parts and parts[-1].endswith(".tw-pddl") and len(parts) >= 4 else problem
+
+
 def worker(env_cfg, max_steps: Optional[int] = None):
   from agentopd_jax.envs.alfworld.env import AlfworldEnv
 
@@ -176,4 +183,4 @@ SPEC = register(EnvSpec(
     name="alfworld", config=AlfworldConfig, tasks=games, worker=worker, text_env=AlfworldText, experts=EXPERTS,
     expert=lambda env_cfg, name: functools.partial(expert_actions, expert=name),
     skills=SkillSpec(bank=shipped_skill_bank("alfworld"), rule="gamefile", query=skill_query), hindsight=hindsight,
-    skill_follower=skill_follower, task_group=alfworld_task_type, report=REPORT))
+    skill_follower=skill_follower, task_group=alfworld_task_type, report=REPORT, record_name=record_name))
