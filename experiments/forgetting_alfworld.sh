@@ -3,6 +3,7 @@
 #
 #   bash experiments/forgetting_alfworld.sh
 #   ATTEMPTS=8 bash experiments/forgetting_alfworld.sh
+#   SWEEPS=composition bash experiments/forgetting_alfworld.sh   # the pool's steps, then the composition alone
 #
 # 1. The shared skill-reading warm start of SDAR's table (runs/sdar_table/warm_start; experiments/sdar_table.sh makes
 #    it, and here it is made when missing).
@@ -14,7 +15,7 @@
 #    the two re-evaluations).
 # 4. Agentic-OPD on that pool against continued GRPO, 5 seeds (configs/sweeps/forgetting_opd.py), and the
 #    composition, SDAR's gate over the pool's step 8 against plain distillation from it, 3 seeds
-#    (configs/sweeps/composition.py).
+#    (configs/sweeps/composition.py; its baseline is the first sweep's continued GRPO, which it does not rerun).
 # 5. Records (results/forgetting_opd, results/composition), as each seed finishes: every run, and its last checkpoint
 #    on the report half of the 64-game panel with $ATTEMPTS attempts per game (`eval_report$ATTEMPTS.json`), and the
 #    student the same way (`student/`); then the tables, per task type, paired by seed (experiments/tables.py
@@ -68,15 +69,18 @@ record_seed() {  # table seed: that seed's finished runs of a sweep recorded and
     report_eval "$run" "$2" "results/$1/$(basename "$run")/eval_$EVAL.json"
   done
 }
-for seed in 0 1 2 3 4; do  # seed by seed, each seed's records and evaluations written before the next starts
-  python experiments/sweep.py --sweep=configs/sweeps/forgetting_opd.py --sweep.seeds="($seed,)" || \
-    echo "[forgetting_opd] seed $seed: a run failed"
-  record_seed forgetting_opd "$seed"
-done
-for seed in 0 1 2; do
-  python experiments/sweep.py --sweep=configs/sweeps/composition.py --sweep.seeds="($seed,)" || \
-    echo "[composition] seed $seed: a run failed"
-  record_seed composition "$seed"
+for sweep in ${SWEEPS:-forgetting_opd composition}; do
+  case $sweep in
+    forgetting_opd) seeds="0 1 2 3 4" ;;
+    composition) seeds="0 1 2" ;;
+    *) echo "[forgetting] SWEEPS: unknown sweep $sweep (forgetting_opd, composition)" >&2; exit 1 ;;
+  esac
+  for seed in $seeds; do  # seed by seed, each seed's records and evaluations written before the next starts
+    python experiments/sweep.py --sweep=configs/sweeps/$sweep.py --sweep.seeds="($seed,)" || \
+      echo "[$sweep] seed $seed: a run failed"
+    record_seed "$sweep" "$seed"
+  done
 done
 python experiments/tables.py results/forgetting_opd --endpoint "$EVAL" --against results/forgetting_opd:static_best,continued_grpo
-python experiments/tables.py results/composition --endpoint "$EVAL" --against results/composition:default,opsd
+python experiments/tables.py results/composition --endpoint "$EVAL" --against results/forgetting_opd:continued_grpo,static_best
+python experiments/tables.py results/composition --endpoint "$EVAL" --against results/composition:opd_pool

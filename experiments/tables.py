@@ -364,20 +364,46 @@ def horizon_markdown(t: Table, plan: Dict[str, List[int]]) -> str:
   return "\n".join(lines) + note
 
 
+def _students(folder: Path, endpoint: str) -> Dict[int, dict]:
+  """{seed: the student's evaluation report} of a per-group table (`student/eval_<endpoint>_s<seed>.json`)."""
+  return {int(p.stem.rsplit("_s", 1)[1]): json.loads(p.read_text())
+          for p in sorted((Path(folder) / "student").glob(f"eval_{endpoint}_s*.json"))}
+
+
+def _endpoint_values(t: Table, arms: List[str], endpoint: str) -> Dict[str, Dict[int, Dict[str, float]]]:
+  return {arm: {s: r.eval_groups[endpoint] for s, r in t.runs.get(arm, {}).items() if endpoint in r.eval_groups}
+          for arm in arms}
+
+
 def per_group_markdown(t: Table, folder: Path, endpoint: str, against: str, w: Dict[str, Dict[str, float]],
                        plan: Dict[str, List[int]]) -> str:
   """Each arm's evaluation `eval_<endpoint>` of its last checkpoint per task group ("All" first), mean ± sd over
   seeds, below the student's (`student/eval_<endpoint>_s<seed>.json`, the start every arm shares); then for each
-  method `against` names (`FOLDER:M1,M2`, methods of this table), every other arm's paired difference per group with
-  its 95 % CI and Holm p over the arms."""
+  method `against` names (`FOLDER:M1,M2`), every other arm's paired difference per group with its 95 % CI and Holm p
+  over the arms. The methods may be another table's whose arms start from the same student (the same evaluations
+  of it): they are then listed below this table's arms as "method (that table)"."""
   ref_folder, names = against.rsplit(":", 1) if against else ("", "")
-  if against and Path(ref_folder).resolve() != Path(folder).resolve():
-    raise SystemExit(f"--endpoint pairs arms of one table: --against must name {folder}, got {ref_folder}")
   arms = list(plan) + sorted(set(t.runs) - set(plan))
-  values = {arm: {s: r.eval_groups[endpoint] for s, r in t.runs.get(arm, {}).items() if endpoint in r.eval_groups}
-            for arm in arms}
-  student = {int(p.stem.rsplit("_s", 1)[1]): eval_groups(json.loads(p.read_text()))
-             for p in sorted((Path(folder) / "student").glob(f"eval_{endpoint}_s*.json"))}
+  values = _endpoint_values(t, arms, endpoint)
+  students = _students(folder, endpoint)
+  refs = [n for n in names.split(",") if n]
+  recorded = set(t.runs)
+  if against and Path(ref_folder).resolve() != Path(folder).resolve():
+    theirs = _students(Path(ref_folder), endpoint)
+    if any(theirs.get(s, report) != report for s, report in students.items()):
+      raise SystemExit(f"--against {against}: its student's {endpoint} evaluations differ from {folder}'s, so its "
+                       "arms did not start where these did")
+    ref_table, ref_plan = load_table(Path(ref_folder)), planned(Path(ref_folder))
+    ref_work = work(ref_table)
+    labels = {ref: f"{ref} ({Path(ref_folder).name})" for ref in refs}
+    for ref, label in labels.items():
+      values[label] = _endpoint_values(ref_table, [ref], endpoint)[ref]
+      recorded |= {label} if ref in ref_table.runs else set()
+      plan = dict(plan, **({label: ref_plan[ref]} if ref in ref_plan else {}))
+      w = dict(w, **({label: ref_work[ref]} if ref in ref_work else {}))
+      arms.append(label)
+    refs = list(labels.values())
+  student = {s: eval_groups(report) for s, report in students.items()}
   seen = [g for v in [student, *values.values()] for groups in v.values() for g in groups]
   groups = sorted(set(seen), key=lambda g: (g != "All", seen.index(g)))
 
@@ -388,10 +414,10 @@ def per_group_markdown(t: Table, folder: Path, endpoint: str, against: str, w: D
            "| step samples / iteration |", "|---|---|" + "---|" * (len(groups) + 2)]
   for name, by_seed, work_key in [("student (the start)", student, None)] + [(a, values[a], a) for a in arms]:
     seeds = _seeds({str(s): 0.0 for s in by_seed}, plan.get(work_key) if work_key else None)
-    missing = "missing: recorded, not evaluated yet" if t.runs.get(work_key) else "missing: not run yet"
+    missing = "missing: recorded, not evaluated yet" if work_key in recorded else "missing: not run yet"
     lines.append(f"| {name} | {seeds} | " + " | ".join(_cell(of(by_seed, g), missing) for g in groups)
                  + f" | {_work_cells(w, work_key)} |")
-  for ref in [n for n in names.split(",") if n]:
+  for ref in refs:
     base = values.get(ref, {})
     paired = {g: paired_rows([(a, a, {s: v[g] for s, v in values[a].items() if g in v}) for a in arms if a != ref],
                              {s: v[g] for s, v in base.items() if g in v}) for g in groups}

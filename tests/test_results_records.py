@@ -222,6 +222,30 @@ def test_per_group_endpoint_table_by_hand(tmp_path):
   assert against_grpo[1].startswith("| static_best | +7.0 [")  # All: 30 − 20 and 26 − 22
   assert against_grpo[-1] == "| hcn_lad_routed | – | – | – | – | – | – |"
 
+  # Another table's arms from the same student (configs/sweeps/composition.py) against this one's continued GRPO.
+  other = tmp_path / "composition"
+  (other / "student").mkdir(parents=True)
+  for seed in (0, 1):
+    (other / "student" / f"eval_report16_s{seed}.json").write_text(json.dumps(evaluation(15, 10, 20)))
+  for seed, values in enumerate(((24, 30, 18), (30, 40, 20))):
+    d = other / f"sdar_pool-s{seed}"
+    d.mkdir()
+    d.joinpath("metrics.jsonl").write_text(json.dumps({"phase": "train", "step": 1, "batch/updates": 2.0,
+                                                       "batch/samples": 88.0}))
+    d.joinpath("summary.json").write_text("{}")
+    d.joinpath("eval_report16.json").write_text(json.dumps(evaluation(*values)))
+  lines = report.report(other, report.Block(endpoint="report16", against=f"{folder}:continued_grpo")).splitlines()
+  row = {line.split(" | ")[0]: line for line in lines[:lines.index("")]}
+  assert row["| sdar_pool"] == "| sdar_pool | 0,1 of 3 | 27.0 ± 4.2 | 19.0 ± 1.4 | 35.0 ± 7.1 | 2.00 | 88 |"
+  assert row["| opd_pool"].startswith("| opd_pool | – of 3 | missing: not run yet |")
+  assert row["| continued_grpo (forgetting_opd)"] == (
+      "| continued_grpo (forgetting_opd) | 0,1 of 5 | 21.0 ± 1.4 | 29.0 ± 1.4 | 13.0 ± 1.4 | 2.00 | 90 |")
+  sdar = next(line for line in lines if line.startswith("| sdar_pool | +"))
+  assert sdar.startswith("| sdar_pool | +6.0 [")  # All: 24 − 20 and 30 − 22
+  (other / "student" / "eval_report16_s1.json").write_text(json.dumps(evaluation(16, 10, 20)))
+  with pytest.raises(SystemExit, match="student"):
+    report.report(other, report.Block(endpoint="report16", against=f"{folder}:continued_grpo"))
+
 
 def test_horizon_table_by_hand(tmp_path):
   """`--horizon`: per method each quantity's seed mean at every validated iteration; with two seeds each seed's
