@@ -186,19 +186,22 @@ def test_per_group_endpoint_table_by_hand(tmp_path):
         "Pick": {"success_rate": pick / 100, "episodes": 32}, "Look": {"success_rate": look / 100, "episodes": 32},
         "Clean": {"success_rate": None, "episodes": 0}, "All": {"success_rate": all_ / 100, "episodes": 64}}}
 
-  (folder / "student").mkdir(parents=True)
-  for seed in (0, 1):
-    (folder / "student" / f"eval_report16_s{seed}.json").write_text(json.dumps(evaluation(15, 10, 20)))
-  results = {"static_best": ((30, 40, 20), (26, 36, 16)), "continued_grpo": ((20, 12, 28), (22, 14, 30)),
-             "hcn_lad": ((25, 30, 20), (27, 34, 20))}
-  for arm, per_seed in results.items():
-    for seed, values in enumerate(per_seed):
-      d = folder / f"{arm}-s{seed}"
-      d.mkdir()
-      d.joinpath("metrics.jsonl").write_text(json.dumps({"phase": "train", "step": 1, "batch/updates": 2.0,
-                                                         "batch/samples": 90.0}))
-      d.joinpath("summary.json").write_text("{}")
-      d.joinpath("eval_report16.json").write_text(json.dumps(evaluation(*values)))
+  def table(root, results, samples):
+    """A table folder: the student (15 %, Look 10, Pick 20) on seeds 0 and 1, then each arm's evaluated runs."""
+    (root / "student").mkdir(parents=True)
+    for seed in (0, 1):
+      (root / "student" / f"eval_report16_s{seed}.json").write_text(json.dumps(evaluation(15, 10, 20)))
+    for arm, per_seed in results.items():
+      for seed, values in enumerate(per_seed):
+        d = root / f"{arm}-s{seed}"
+        d.mkdir()
+        d.joinpath("metrics.jsonl").write_text(json.dumps({"phase": "train", "step": 1, "batch/updates": 2.0,
+                                                           "batch/samples": samples}))
+        d.joinpath("summary.json").write_text("{}")
+        d.joinpath("eval_report16.json").write_text(json.dumps(evaluation(*values)))
+
+  table(folder, {"static_best": ((30, 40, 20), (26, 36, 16)), "continued_grpo": ((20, 12, 28), (22, 14, 30)),
+                 "hcn_lad": ((25, 30, 20), (27, 34, 20))}, 90.0)
   recorded = folder / "hcn_no_lad-s0"  # trained and recorded, its evaluation still to come
   recorded.mkdir()
   recorded.joinpath("metrics.jsonl").write_text(json.dumps({"phase": "train", "step": 1, "batch/updates": 2.0,
@@ -224,16 +227,7 @@ def test_per_group_endpoint_table_by_hand(tmp_path):
 
   # Another table's arms from the same student (configs/sweeps/composition.py) against this one's continued GRPO.
   other = tmp_path / "composition"
-  (other / "student").mkdir(parents=True)
-  for seed in (0, 1):
-    (other / "student" / f"eval_report16_s{seed}.json").write_text(json.dumps(evaluation(15, 10, 20)))
-  for seed, values in enumerate(((24, 30, 18), (30, 40, 20))):
-    d = other / f"sdar_pool-s{seed}"
-    d.mkdir()
-    d.joinpath("metrics.jsonl").write_text(json.dumps({"phase": "train", "step": 1, "batch/updates": 2.0,
-                                                       "batch/samples": 88.0}))
-    d.joinpath("summary.json").write_text("{}")
-    d.joinpath("eval_report16.json").write_text(json.dumps(evaluation(*values)))
+  table(other, {"sdar_pool": ((24, 30, 18), (30, 40, 20))}, 88.0)
   lines = report.report(other, report.Block(endpoint="report16", against=f"{folder}:continued_grpo")).splitlines()
   row = {line.split(" | ")[0]: line for line in lines[:lines.index("")]}
   assert row["| sdar_pool"] == "| sdar_pool | 0,1 of 3 | 27.0 ± 4.2 | 19.0 ± 1.4 | 35.0 ± 7.1 | 2.00 | 88 |"
