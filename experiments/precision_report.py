@@ -56,13 +56,18 @@ def table(runs) -> dict:
   return {"seeds": seeds, "rows": rows, "switch": bool(final["ci"][0] > MARGIN)}
 
 
+def _interval(ci) -> str:
+  """The CI's cell; none where every seed's difference is the same (the shared start, step 0)."""
+  return "none: the same difference on every seed" if np.isnan(ci[0]) else f"[{ci[0]:+.1f}, {ci[1]:+.1f}]"
+
+
 def markdown(t: dict) -> str:
   lines = ["| step | f32 compute | bf16 compute | bf16 − f32, paired | 95 % CI |", "|---|---|---|---|---|"]
   for r in t["rows"]:
     f32, bf16 = np.asarray(r["float32"]), np.asarray(r["bfloat16"])
     lines.append(f"| {r['step']} | {f32.mean():.1f} ± {f32.std(ddof=1):.1f} "
                  f"| {bf16.mean():.1f} ± {bf16.std(ddof=1):.1f} "
-                 f"| {r['diff']:+.1f} | [{r['ci'][0]:+.1f}, {r['ci'][1]:+.1f}] |")
+                 f"| {r['diff']:+.1f} | {_interval(r['ci'])} |")
   per_seed = ", ".join(f"seed {s}: {r_f:.1f} → {r_b:.1f}" for s, r_f, r_b in
                        zip(t["seeds"], t["rows"][-1]["float32"], t["rows"][-1]["bfloat16"]))
   lines += ["", f"Last step, f32 → bf16 per seed: {per_seed}. Rule (lower CI end > {MARGIN:.0f} points): "

@@ -137,6 +137,8 @@ def _diff(r: dict) -> str:
     return "–"
   if r["paired_seeds"] < 2:
     return f"{r['diff']:+.1f} (1 seed)"
+  if np.isnan(r["ci"][0]):
+    return f"{r['diff']:+.1f} ({r['paired_seeds']} seeds, no spread: no interval)"
   return f"{r['diff']:+.1f} [{r['ci'][0]:+.1f}, {r['ci'][1]:+.1f}]"
 
 

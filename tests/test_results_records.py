@@ -115,6 +115,23 @@ def test_holm_and_paired_ci_by_hand():
   assert mean == 2.0 and abs(lo - (2 - 2.484138)) < 1e-6 and abs(hi - (2 + 2.484138)) < 1e-6
 
 
+def test_equal_differences_give_no_interval_and_no_p():
+  """Two seeds 5 episodes of 496 apart each: the differences are equal up to rounding (different totals), and a t-test
+  on the rounding would report p ≈ 0; there is no spread to estimate, so no interval and no p."""
+  import numpy as np
+
+  from agentopd_jax.eval.compare import paired, paired_ci
+
+  a, b = {0: 100 * 5 / 496, 1: 100 * 7 / 496}, {0: 0.0, 1: 100 * 2 / 496}
+  diffs = [a[s] - b[s] for s in (0, 1)]
+  assert diffs[0] != diffs[1] and abs(diffs[0] - diffs[1]) < 1e-12  # the residue a naive test would read
+  n, mean, t, p = paired(a, b)
+  assert (n, t, p) == (2, None, None) and abs(mean - 100 * 5 / 496) < 1e-12
+  mean, lo, hi = paired_ci(diffs)
+  assert abs(mean - 100 * 5 / 496) < 1e-12 and np.isnan(lo) and np.isnan(hi)
+  assert paired({0: 3.0, 1: 5.0}, {0: 1.0, 1: 2.0})[3] is not None  # a real spread keeps its test
+
+
 def test_opid_tables_by_hand(tmp_path):
   """OPID's blocks: the warm-start retry row from its recorded report, the arms against the table's own GRPO (its
   row the baseline, not an arm), and OPID's signals as means over seeds and iterations with failures summed."""

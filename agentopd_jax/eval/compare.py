@@ -119,6 +119,14 @@ def cells(run: Run, step: Optional[int] = None) -> Dict[str, float]:
   return out
 
 
+def spread(diffs: Sequence[float]) -> float:
+  """The sample standard deviation of paired differences, 0 where it is only rounding: differences that are equal
+  counts of episodes (two seeds 5 episodes apart each) come out of different totals a few ulps apart, and a t-test
+  on that residue would report p ≈ 0 for a variance the data cannot estimate."""
+  sd = statistics.stdev(diffs)
+  return 0.0 if sd <= 1e-9 * max(1.0, abs(statistics.mean(diffs))) else sd
+
+
 def paired(a: Dict[int, float], b: Dict[int, float]) -> Tuple[int, float, Optional[float], Optional[float]]:
   """(seeds in both, mean of a − b over them, paired t, two-sided p); t and p are None under 2 seeds or no spread."""
   seeds = sorted(set(a) & set(b))
@@ -126,7 +134,7 @@ def paired(a: Dict[int, float], b: Dict[int, float]) -> Tuple[int, float, Option
   if not diffs:
     return 0, float("nan"), None, None
   mean = statistics.mean(diffs)
-  if len(diffs) < 2 or statistics.stdev(diffs) == 0:
+  if len(diffs) < 2 or spread(diffs) == 0:
     return len(diffs), mean, None, None
   from scipy import stats
 
@@ -135,12 +143,13 @@ def paired(a: Dict[int, float], b: Dict[int, float]) -> Tuple[int, float, Option
 
 
 def paired_ci(diffs: Sequence[float], level: float = 0.95) -> Tuple[float, float, float]:
-  """(mean, lower, upper) of the t interval of the mean of per-seed paired differences (nan bounds under 2 seeds)."""
+  """(mean, lower, upper) of the t interval of the mean of per-seed paired differences (nan bounds under 2 seeds, or
+  with no spread: equal differences leave the variance, and so the interval, unestimated)."""
   import numpy as np
   from scipy import stats
 
   d = np.asarray(diffs, float)
-  if len(d) < 2:
+  if len(d) < 2 or spread(d.tolist()) == 0:
     return float(d.mean()) if len(d) else float("nan"), float("nan"), float("nan")
   half = stats.t.ppf(0.5 + level / 2, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
   return float(d.mean()), float(d.mean() - half), float(d.mean() + half)
