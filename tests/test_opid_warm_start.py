@@ -136,9 +136,9 @@ def test_retry_summary_by_hand():
   assert (out["success_without"], out["success_with"], out["without_skill"]) == (25.0, 75.0, 1)
   assert out["first_won"] == {"episodes": 1, "success_without": 100.0, "success_with": 100.0}
   assert out["first_lost"] == {"episodes": 3, "success_without": 0.0, "success_with": 200 / 3}
-  # per problem: a 50 -> 100, b 0 -> 50: differences 50 and 50
+  # per problem: a 50 -> 100, b 0 -> 50: differences 50 and 50, no spread, so no interval (`compare.paired_ci`)
   assert out["paired_difference"]["problems"] == 2 and out["paired_difference"]["mean"] == 50.0
-  assert out["paired_difference"]["ci95"] == [50.0, 50.0] and out["outcomes"] == {"a": [2, 2], "b": [1, 2]}
+  assert out["paired_difference"]["ci95"] == [None, None] and out["outcomes"] == {"a": [2, 2], "b": [1, 2]}
   one = retry_summary(first[:2], second[:2], ["w", "x"])
   assert one["paired_difference"] == {"problems": 1, "mean": 50.0, "ci95": [None, None]}
 
