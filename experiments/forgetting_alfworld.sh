@@ -81,6 +81,8 @@ for sweep in ${SWEEPS:-forgetting_opd composition}; do
     record_seed "$sweep" "$seed"
   done
 done
-python experiments/tables.py results/forgetting_opd --endpoint "$EVAL" --against results/forgetting_opd:static_best,continued_grpo
-python experiments/tables.py results/composition --endpoint "$EVAL" --against results/forgetting_opd:continued_grpo,static_best
+python experiments/tables.py results/forgetting_opd --endpoint "$EVAL" \
+  --against results/forgetting_opd:static_best,continued_grpo
+python experiments/tables.py results/composition --endpoint "$EVAL" \
+  --against results/forgetting_opd:continued_grpo,static_best
 python experiments/tables.py results/composition --endpoint "$EVAL" --against results/composition:opd_pool

@@ -57,7 +57,7 @@ def table(runs) -> dict:
 
 
 def _interval(ci) -> str:
-  """The CI's cell; none where every seed's difference is the same (the shared start, step 0)."""
+  """The CI's cell; none where every seed's difference is the same (`compare.paired_ci`: e.g. the shared start)."""
   return "none: the same difference on every seed" if np.isnan(ci[0]) else f"[{ci[0]:+.1f}, {ci[1]:+.1f}]"
 
 

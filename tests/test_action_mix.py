@@ -11,7 +11,8 @@ _spec = importlib.util.spec_from_file_location("action_mix", os.path.join(ROOT, 
 action_mix = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(action_mix)
 
-GAME = "/cache/alfworld_generated/x/json_2.1.1/valid_seen/look_at_obj_in_light-Book-None-FloorLamp-225/trial_1/game.tw-pddl"
+GAME = ("/cache/alfworld_generated/x/json_2.1.1/valid_seen/look_at_obj_in_light-Book-None-FloorLamp-225/trial_1/"
+        "game.tw-pddl")
 
 
 def test_verb_and_target_by_hand():

@@ -2,7 +2,8 @@
 on-policy distillation from the same teacher.
 
   python experiments/sweep.py --sweep=configs/sweeps/composition.py
-  python experiments/tables.py results/composition --endpoint report16 --against results/forgetting_opd:continued_grpo,static_best
+  python experiments/tables.py results/composition --endpoint report16 \
+      --against results/forgetting_opd:continued_grpo,static_best
 
 The pool and the student are the forgetting benchmark's (configs/sweeps/forgetting_opd.py): the student is the last
 checkpoint of a GRPO run that learned Look, then trained on Pick alone and lost some of Look. The teacher is that
@@ -12,8 +13,8 @@ SDAR's teacher path (`teacher.source="pool"`), so both arms score the same teach
 how its signal enters the update:
   sdar_pool  SDAR as published: GRPO plus λ·σ(β·Δ)·(the released per-token term), distilling where the teacher
              beats the student (β = 5, and λ = 1, the scaled value of SDAR's table)
-  opd_pool   plain on-policy distillation: no task reward (`opsd`), no gate (β = 0, g ≡ ½, so the term weighs ½·λ)
-             and the top-k reverse KL to the teacher on every token (`sdar.divergence=topk_reverse_kl`), since the
+  opd_pool   plain on-policy distillation: no task reward (`opsd`), no gate (β = 0, g ≡ ½, so the term weighs
+             ½·λ) and the top-k reverse KL to the teacher on every token (`sdar.divergence=topk_reverse_kl`), since the
              released term's ungated gradient has zero mean (docs/sdar.md) and would not pull toward the teacher
 Both take the forgetting benchmark's budget (8 iterations of 8 tasks x 4 student rollouts, mini-batches of
 `grpo.mini_batch_size`), so their baseline is that sweep's continued GRPO, same seeds and same student: its runs are
