@@ -4,6 +4,7 @@
 #   bash experiments/forgetting_alfworld.sh
 #   ATTEMPTS=8 bash experiments/forgetting_alfworld.sh
 #   SWEEPS=composition bash experiments/forgetting_alfworld.sh   # the pool's steps, then the composition alone
+#   SWEEPS=forgetting_opd SEEDS=3 bash experiments/forgetting_alfworld.sh   # one seed of one sweep (a parallel lane)
 #
 # 1. The shared skill-reading warm start of SDAR's table (runs/sdar_table/warm_start; experiments/sdar_table.sh makes
 #    it, and here it is made when missing).
@@ -71,8 +72,8 @@ record_seed() {  # table seed: that seed's finished runs of a sweep recorded and
 }
 for sweep in ${SWEEPS:-forgetting_opd composition}; do
   case $sweep in
-    forgetting_opd) seeds="0 1 2 3 4" ;;
-    composition) seeds="0 1 2" ;;
+    forgetting_opd) seeds=${SEEDS:-0 1 2 3 4} ;;
+    composition) seeds=${SEEDS:-0 1 2} ;;
     *) echo "[forgetting] SWEEPS: unknown sweep $sweep (forgetting_opd, composition)" >&2; exit 1 ;;
   esac
   for seed in $seeds; do  # seed by seed, each seed's records and evaluations written before the next starts
