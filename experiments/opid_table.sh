@@ -18,10 +18,10 @@
 # 4. One run with the `local` analyzer (the warm start served by agentopd_jax.serve behind the openai client), seed 0,
 #    2 iterations: the real analyzer path end to end, with its parse-failure count in the record.
 # 5. The other demonstration designs and the control, probed and retried as in step 1 (each skipped once its records
-#    are there): three copies of the retries (`sft.opid_retries=3`); no retries; the expert's own actions under the
-#    episode skill (`sft.opid_targets=expert`); additive routing (`opid.route=additive`: a step skill's step reads
-#    the episode skill too); and SDAR's table's warm start (runs/sdar_table/warm_start, made by
-#    experiments/sdar_table.sh), which never saw OPID's sections.
+#    are there): three copies of the retries (`sft.opid_retries=3`); no retries; and SDAR's table's warm start
+#    (runs/sdar_table/warm_start, made by experiments/sdar_table.sh), which never saw OPID's sections. Two more
+#    designs, the expert's own actions under the episode skill (`sft.opid_targets=expert`) and additive routing
+#    (`opid.route=additive`), were checked with the sections at OPID's own splice points only (results/opid_anchors).
 set -euo pipefail
 SEEDS=${SEEDS:-"0 1 2 3 4"}
 CONFIG=configs/alfworld.py
@@ -99,8 +99,4 @@ train ":opid" runs/opid_local/local_analyzer-s0 --config.seed=0 --config.warm_st
 warm_start runs/opid_table/warm_start_retries3 warm_start_retries3 --config.sft.opid_fraction=0.5 \
   --config.sft.opid_retries=3
 warm_start runs/opid_table/warm_start warm_start --config.sft.opid_fraction=0.5
-warm_start runs/opid_table/warm_start_expert_targets warm_start_expert_targets --config.sft.opid_fraction=0.5 \
-  --config.sft.opid_targets=expert
-warm_start runs/opid_table/warm_start_additive warm_start_additive --config.sft.opid_fraction=0.5 \
-  --config.opid.route=additive
 warm_start runs/sdar_table/warm_start sdar_warm_start
