@@ -2,7 +2,9 @@
 
 Variants: cpu (default): tiny model + built-in tokenizer + the bundled encyclopedia and questions with in-process
 BM25, SFT on the oracle searcher's episodes, then GRPO; qwen2p5_3b / qwen2p5_7b / qwen3_1p7b: the verl-agent setting
-(4 turns, history 4, invalid penalty 0.01, top-3 passages), weights from `--config.model.path`.
+(4 turns, history 4, invalid penalty 0.01, top-3 passages), weights from `--config.model.path`; pool: a longer GRPO
+run (24 iterations, a validated checkpoint every 4) whose checkpoints are an Agentic-OPD teacher pool
+(configs/sweeps/searchqa_opd.py).
 A retrieval server (ours: `python -m agentopd_jax.envs.search.server`, or Search-R1's e5 one):
 `--config.env.search_url=http://127.0.0.1:8000/retrieve`, and for a server started with --api_key, export the key as
 $AGENTOPD_SEARCH_API_KEY (no config field: a run's config is written into config.json and every checkpoint).
@@ -44,5 +46,12 @@ def _paper(variant: str):
   return c
 
 
+def _pool():
+  c = _cpu()
+  c.workdir = "runs/searchqa_pool"
+  c.grpo.iterations = 24               # three times the 8 iterations of the runs that distil from it
+  return c
+
+
 def get_config(arg: str = "cpu"):
-  return presets.select_variant(arg, "configs/searchqa.py", _cpu, _paper)
+  return presets.select_variant(arg, "configs/searchqa.py", _cpu, _paper, extra={"pool": _pool})

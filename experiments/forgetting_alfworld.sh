@@ -26,6 +26,8 @@ ATTEMPTS=${ATTEMPTS:-16}
 CONFIG=configs/alfworld.py
 WARM=runs/sdar_table/warm_start
 POOL=runs/forgetting/look_then_pick_lr3e-4_s0   # configs/sweeps/forgetting_opd.py's POOL
+PANEL=64
+STUDENT_TABLE=forgetting_opd
 
 . experiments/runs.sh
 
@@ -51,25 +53,7 @@ for step in 8 latest; do  # the skill-not-luck evaluations, beside the pool's re
   [ -f "$RECORD/eval_${step}_attempts$ATTEMPTS.json" ] || \
     python experiments/record_run.py --eval "$POOL/eval_$step/eval.json" "$RECORD/eval_${step}_attempts$ATTEMPTS.json"
 done
-report_eval() {  # workdir seed dest: the last checkpoint on the panel's report half, $ATTEMPTS attempts per game
-  local out=$1/eval_report${ATTEMPTS}_s$2
-  if [ ! -f "$3" ]; then
-    python experiments/evaluate.py --config="$CONFIG" --config.workdir="$1" --config.seed="$2" \
-      --config.validation.num_tasks=64 --step=latest --panel_half=report --attempts="$ATTEMPTS" --out="$out"
-    python experiments/record_run.py --eval "$out/eval.json" "$3"
-  fi
-}
 EVAL=report$ATTEMPTS
-record_seed() {  # table seed: that seed's finished runs of a sweep recorded and evaluated, the student too
-  local run student=results/forgetting_opd/student/eval_${EVAL}_s$2.json  # one student, both tables
-  report_eval "$POOL" "$2" "$student"
-  [ "$1" = forgetting_opd ] || { mkdir -p "results/$1/student" && cp "$student" "results/$1/student/"; }
-  for run in runs/sweeps/$1/*-s"$2"; do
-    [ -f "$run/summary.json" ] || continue
-    [ -d "results/$1/$(basename "$run")" ] || python experiments/record_run.py "$run" "results/$1/$(basename "$run")"
-    report_eval "$run" "$2" "results/$1/$(basename "$run")/eval_$EVAL.json"
-  done
-}
 for sweep in ${SWEEPS:-forgetting_opd composition}; do
   case $sweep in
     forgetting_opd) seeds=${SEEDS:-0 1 2 3 4} ;;

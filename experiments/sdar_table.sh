@@ -35,11 +35,12 @@ RESULTS=${RESULTS:-results/$TABLE}
 SWEEP=configs/sweeps/$TABLE.py
 CONFIG=${CONFIG:-configs/alfworld.py}
 WARM=$OUT/warm_start
-if [ "$TABLE" = sdar_search ]; then
-  WARM_FLAGS=${WARM_FLAGS:-"--config.sft.expert=question_searcher --config.sft.skill_fraction=0.5 --config.sft.skill_expert=oracle"}
-fi
 
 . experiments/runs.sh
+
+if [ "$TABLE" = sdar_search ]; then
+  WARM_FLAGS=${WARM_FLAGS:-$SEARCH_WARM_FLAGS}
+fi
 
 if [ -n "${WARM_FROM:-}" ] && [ ! -d "$WARM" ]; then
   mkdir -p "$OUT" && cp -r "$WARM_FROM" "$WARM"

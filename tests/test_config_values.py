@@ -1,7 +1,7 @@
 """The values every preset resolves to (docs/architecture.md): `get_config(variant)` of each `configs/<env>.py` variant
 (cpu, agentic_opd, opid, the SDAR-family methods, the paper models, <method>_<model>, opid_<model>, ALFWorld's
-forgetting) and of configs/sample.py must give exactly the values and types of tests/fixtures/config_values.json, so
-a change to where or how the defaults are written cannot move a value unnoticed.
+forgetting, search-QA's pool) and of configs/sample.py must give exactly the values and types of
+tests/fixtures/config_values.json, so a change to where or how the defaults are written cannot move a value unnoticed.
 
 `tests/fixtures/config_values_before_groups.json` holds the same presets in the single-section layout (every method's
 loss fields in `loss`, Agentic-OPD's in `opd`, the method spread over `method`, `loss.objective` and
@@ -29,7 +29,7 @@ from conftest import nested
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURE = os.path.join(ROOT, "tests", "fixtures", "config_values.json")
 BEFORE_GROUPS = os.path.join(ROOT, "tests", "fixtures", "config_values_before_groups.json")
-EXTRA_VARIANTS = {"configs/alfworld.py": ("forgetting",)}  # each env config's own `extra` of select_variant
+EXTRA_VARIANTS = {"configs/alfworld.py": ("forgetting",), "configs/searchqa.py": ("pool",)}  # each config's `extra`
 ENV_CONFIGS = ("configs/alfworld.py", "configs/webshop.py", "configs/searchqa.py", "configs/countdown.py")
 NO_VARIANT = ("configs/sample.py",)                         # get_config() takes no argument
 
@@ -185,11 +185,13 @@ def _added_sections():
 # Methods registered after the single-section layout whose objective reads a group it had (or none, GiGPO's "grpo"):
 # their presets did not exist there either.
 METHODS_ADDED_SINCE = ("grpo_opsd_rkl", "gigpo")
+# Env configs' own variants added after it.
+VARIANTS_ADDED_SINCE = ("configs/searchqa.py:pool",)
 
 
 def _added_variants():
-  """The entries of the methods whose config group the single-section layout never had, and of the methods added
-  since (`METHODS_ADDED_SINCE`): their presets did not exist there."""
+  """The entries of the methods whose config group the single-section layout never had, of the methods added since
+  (`METHODS_ADDED_SINCE`) and the variants added since (`VARIANTS_ADDED_SINCE`): their presets did not exist there."""
   from agentopd_jax.methods import METHODS
 
   from agentopd_jax.training.presets import PAPER_MODELS
@@ -198,7 +200,7 @@ def _added_variants():
   methods = {name for name, m in METHODS.items() if m.group in added} | set(METHODS_ADDED_SINCE)
   variants = [e.partition(":")[2] for e in ENTRIES]
   named = [next((v[:-len(m) - 1] for m in PAPER_MODELS if v.endswith("_" + m)), v) for v in variants]
-  return [e for e, method in zip(ENTRIES, named) if method in methods]
+  return [e for e, method in zip(ENTRIES, named) if method in methods or e in VARIANTS_ADDED_SINCE]
 
 
 def test_the_single_section_fixture_holds_the_same_presets():

@@ -15,8 +15,8 @@ from agentopd_jax.training.assembly import build_run
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _module():
-  spec = importlib.util.spec_from_file_location("alfworld_config", os.path.join(ROOT, "configs", "alfworld.py"))
+def _module(env="alfworld"):
+  spec = importlib.util.spec_from_file_location(f"{env}_config", os.path.join(ROOT, "configs", f"{env}.py"))
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
@@ -66,6 +66,12 @@ def test_forgetting_variant_shifts_the_task_mix_and_keeps_every_validation():
   assert parse_task_phases(c.grpo.task_phases) == [(1, ("look_at_obj_in_light",)), (9, ("pick_and_place",))]
   assert (c.grpo.iterations, c.validation.every, c.checkpoint.keep, c.optim.learning_rate) == (20, 2, 0, 3e-4)
   assert c.workdir == "runs/alfworld_forgetting" and c.method == "grpo"
+
+
+def test_search_pool_variant_is_grpo_keeping_a_validated_checkpoint_every_4_of_24_iterations():
+  c = _module("searchqa").get_config("pool")   # configs/sweeps/searchqa_opd.py's teacher pool
+  assert (c.method, c.grpo.iterations, c.validation.every, c.checkpoint.keep) == ("grpo", 24, 4, 0)
+  assert from_config_dict(c).env.name == "search"
 
 
 @pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(ROOT, "configs", "sweeps", "*.py"))),
