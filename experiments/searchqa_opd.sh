@@ -5,8 +5,9 @@
 #   SEEDS=1 bash experiments/searchqa_opd.sh      # one seed (a parallel lane)
 #
 # 1. Search-QA's skill-reading warm start (runs/sdar_search/warm_start, as experiments/sdar_table.sh makes it).
-# 2. The pool: configs/searchqa.py:pool from it, 24 GRPO iterations, a validated checkpoint every 4; its coverage
-#    (experiments/coverage.py), recorded in results/searchqa_pool.
+# 2. The pool: configs/searchqa.py:pool from it, 24 GRPO iterations, a validated checkpoint every 4, recorded in
+#    results/searchqa_pool; F1 on it, every checkpoint played again with an independent key
+#    (experiments/coverage_confirm.sh).
 # 3. HCN + LAD, static best and continued GRPO from the pool's last checkpoint, 3 seeds
 #    (configs/sweeps/searchqa_opd.py), seed by seed.
 # 4. Records (results/searchqa_opd), as each seed finishes: every run, and its last checkpoint on the report half of
@@ -25,8 +26,7 @@ STUDENT_TABLE=searchqa_opd
 # shellcheck disable=SC2086
 train "" "$WARM" --config.grpo.iterations=0 $SEARCH_WARM_FLAGS
 train ":pool" "$POOL" --config.seed=0 --config.warm_start_run="$WARM"
-[ -f "$POOL/coverage/coverage.json" ] || python experiments/coverage.py --run_dir="$POOL" --student_step=latest
-[ -d results/searchqa_pool/grpo-s0 ] || python experiments/record_run.py "$POOL" results/searchqa_pool/grpo-s0
+RUNS=$POOL NAME=grpo-s0 METHOD=grpo RESULTS=results/searchqa_pool CONFIG=$CONFIG bash experiments/coverage_confirm.sh
 for seed in ${SEEDS:-0 1 2}; do
   python experiments/sweep.py --sweep=configs/sweeps/searchqa_opd.py --sweep.seeds="($seed,)" || \
     echo "[searchqa_opd] seed $seed: a run failed"
