@@ -1,7 +1,7 @@
 # Helpers the experiment scripts source (`. experiments/runs.sh`), with CONFIG and SEEDS set by the caller.
 
-# Search-QA's skill-reading warm start (runs/sdar_search/warm_start): demonstrations of the question searcher, and half of
-# them also the oracle's behind SDAR's privileged skill prompt.
+# Search-QA's skill-reading warm start (runs/sdar_search/warm_start): demonstrations of the question searcher, and
+# half of them also the oracle's behind SDAR's privileged skill prompt.
 SEARCH_WARM_FLAGS="--config.sft.expert=question_searcher --config.sft.skill_fraction=0.5"
 SEARCH_WARM_FLAGS+=" --config.sft.skill_expert=oracle"
 

@@ -5,7 +5,7 @@ GRPO, 3 seeds (docs/results.md).
 
 The pool is configs/searchqa.py:pool (24 GRPO iterations, a validated checkpoint every 4) from search-QA's
 skill-reading warm start (runs/sdar_search/warm_start, experiments/sdar_table.sh). Its last checkpoint is the student
-of every arm, the earlier ones are the teachers. Three arms, 3 seeds, one budget: 8 iterations of 4 questions x 8
+of every arm, the earlier ones are the teachers. Three arms, 3 seeds, one budget: 8 iterations of 8 questions x 4
 rollouts by the student, split into `grpo.mini_batch_size` mini-batches (`batch/updates` counts the optimizer steps):
   hcn_lad          Agentic-OPD as published: HCN (v3) picks the teacher every 4 iterations, LAD routes rollouts
   static_best      the teacher that solved the most selection questions teaches throughout, with LAD
