@@ -19,8 +19,8 @@
 #    (configs/sweeps/composition.py; its baseline is the first sweep's continued GRPO, which it does not rerun).
 # 5. Records (results/forgetting_opd, results/composition), as each seed finishes: every run, and its last checkpoint
 #    on the report half of the 64-game panel with $ATTEMPTS attempts per game (`eval_report$ATTEMPTS.json`), and the
-#    student the same way (`student/`); then the tables, per task type, paired by seed (experiments/tables.py
-#    --endpoint).
+#    student the same way (`student/`); then the tables, per task type, paired by seed, seed by seed, and their plots
+#    (experiments/tables.py --endpoint).
 set -euo pipefail
 ATTEMPTS=${ATTEMPTS:-16}
 CONFIG=configs/alfworld.py
@@ -67,7 +67,8 @@ for sweep in ${SWEEPS:-forgetting_opd composition}; do
   done
 done
 python experiments/tables.py results/forgetting_opd --endpoint "$EVAL" \
-  --against results/forgetting_opd:static_best,continued_grpo
+  --against results/forgetting_opd:static_best,continued_grpo --plot docs/results_forgetting_report.png
+python experiments/tables.py results/forgetting_opd --endpoint "$EVAL" --per_seed
 python experiments/tables.py results/composition --endpoint "$EVAL" \
-  --against results/forgetting_opd:continued_grpo,static_best
+  --against results/forgetting_opd:continued_grpo,static_best --plot docs/results_composition.png
 python experiments/tables.py results/composition --endpoint "$EVAL" --against results/composition:opd_pool

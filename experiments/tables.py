@@ -8,6 +8,9 @@ agentopd_jax/eval/records.py):
   python experiments/tables.py results/opid_table --against results/opid_table:grpo   # OPID's arms against GRPO
   python experiments/tables.py results/opid_table --retry          # OPID's warm-start check (hindsight retry)
   python experiments/tables.py results/sdar_table --coverage default   # F1 on GRPO's checkpoints, luck taken out
+  python experiments/tables.py results/forgetting_opd --endpoint report16 --per_seed   # each arm, seed by seed
+  python experiments/tables.py results/forgetting_opd --endpoint report16 \
+    --against results/forgetting_opd:static_best,continued_grpo --plot docs/results_forgetting_report.png
 
 SDAR's main table (`experiments/sdar_table.sh`): every row of the paper's table, trained rows by their sweep method
 name ("default" is GRPO), Vanilla and Skill-Prompt from the warm start's evaluations. Endpoint, fixed in advance:
@@ -18,6 +21,8 @@ quantities). `--against TABLE:METHOD`: every run of the folder against that tabl
 ablations against the main table's SDAR; OPID's arms against the GRPO of their own table), with OPID's signals
 where the runs logged them. `--horizon`: success, first-turn KL, gate activity and teacher gap over the iterations.
 `--retry`: the warm starts' OPID hindsight retries.
+`--endpoint EVAL`: every arm's evaluation EVAL of its last checkpoint per task group, beside the student's, paired with
+the methods `--against` names; with `--per_seed`, the same evaluations seed by seed.
 `--coverage METHOD`: F1 on each of that method's runs (`experiments/coverage_confirm.sh`), its checkpoints' solved
 sets from the run's validations confirmed on independent attempts. `--doc` rewrites the table's generated block of that page
 (`markers`). A row with no record says so.
@@ -78,11 +83,12 @@ class Block:
   retry: bool = False
   coverage: str = ""
   endpoint: str = ""
+  per_seed: bool = False
 
   def flags(self) -> List[str]:
     return ([f"--against {self.against}"] if self.against else []) + (["--horizon"] if self.horizon else []) + (
         ["--retry"] if self.retry else []) + ([f"--coverage {self.coverage}"] if self.coverage else []) + (
-        [f"--endpoint {self.endpoint}"] if self.endpoint else [])
+        [f"--endpoint {self.endpoint}"] if self.endpoint else []) + (["--per_seed"] if self.per_seed else [])
 
 
 def command(folder: Path, block: Block = Block()) -> str:
@@ -377,12 +383,61 @@ def _endpoint_values(t: Table, arms: List[str], endpoint: str) -> Dict[str, Dict
           for arm in arms}
 
 
-def per_group_markdown(t: Table, folder: Path, endpoint: str, against: str, w: Dict[str, Dict[str, float]],
-                       plan: Dict[str, List[int]]) -> str:
-  """Each arm's evaluation `eval_<endpoint>` of its last checkpoint per task group ("All" first), mean ± sd over
-  seeds, below the student's (`student/eval_<endpoint>_s<seed>.json`, the start every arm shares); then for each
-  method `against` names (`FOLDER:M1,M2`), every other arm's paired difference per group with its 95 % CI and Holm p
-  over the arms. The methods may be another table's whose arms start from the same student (the same evaluations
+def _groups(tables: List[Dict[int, Dict[str, float]]]) -> List[str]:
+  """The task groups the evaluations hold, "All" first, the rest in the order they first appear."""
+  seen = [g for v in tables for groups in v.values() for g in groups]
+  return sorted(set(seen), key=lambda g: (g != "All", seen.index(g)))
+
+
+def per_seed_markdown(t: Table, folder: Path, endpoint: str, plan: Dict[str, List[int]]) -> str:
+  """One row per seed: the student's evaluation `eval_<endpoint>` and each arm's, every group in one cell ("All"
+  first, the others in brackets), so that a reader sees which arm is above the student on which seed; a planned
+  seed without its evaluation is a dash."""
+  arms = list(plan) + sorted(set(t.runs) - set(plan))
+  values = _endpoint_values(t, arms, endpoint)
+  student = {s: eval_groups(report) for s, report in _students(folder, endpoint).items()}
+  groups = _groups([student, *values.values()])
+  seeds = sorted({s for v in [student, *values.values()] for s in v} | {s for p in plan.values() for s in p})
+
+  def cell(by_seed: Dict[int, Dict[str, float]], seed: int) -> str:
+    v = by_seed.get(seed)
+    if v is None:
+      return "–"
+    rest = ", ".join(f"{v[g]:.1f}" if g in v else "–" for g in groups[1:])
+    return f"{v[groups[0]]:.1f}" + (f" ({rest})" if rest else "")
+
+  order = f"{groups[0]} ({', '.join(groups[1:])})" if len(groups) > 1 else "".join(groups)
+  lines = [f"Per seed, {order} in %:", "", "| seed | student | " + " | ".join(arms) + " |",
+           "|---|---|" + "---|" * len(arms)]
+  lines += [f"| {s} | {cell(student, s)} | " + " | ".join(cell(values[a], s) for a in arms) + " |" for s in seeds]
+  return "\n".join(lines)
+
+
+@dataclasses.dataclass
+class Endpoint:
+  """A per-group table's contents: each arm's {seed: {group: success %}} at one evaluation, the student's, the
+  reference methods, and the plan and work the table's rows show."""
+  arms: List[str]
+  values: Dict[str, Dict[int, Dict[str, float]]]
+  student: Dict[int, Dict[str, float]]
+  groups: List[str]
+  refs: List[str]
+  plan: Dict[str, List[int]]
+  work: Dict[str, Dict[str, float]]
+  recorded: set
+
+  def paired(self, ref: str) -> Dict[str, List[dict]]:
+    """{group: every other arm's paired difference from `ref`, Holm-corrected over the arms}."""
+    base = self.values.get(ref, {})
+    return {g: paired_rows([(a, a, {s: v[g] for s, v in self.values[a].items() if g in v})
+                            for a in self.arms if a != ref], {s: v[g] for s, v in base.items() if g in v})
+            for g in self.groups}
+
+
+def endpoint_arms(t: Table, folder: Path, endpoint: str, against: str, w: Dict[str, Dict[str, float]],
+                  plan: Dict[str, List[int]]) -> Endpoint:
+  """The arms' evaluations `eval_<endpoint>` of their last checkpoints and the student's (`per_group_markdown`).
+  The methods `against` names may be another table's whose arms start from the same student (the same evaluations
   of it): they are then listed below this table's arms as "method (that table)"."""
   ref_folder, names = against.rsplit(":", 1) if against else ("", "")
   arms = list(plan) + sorted(set(t.runs) - set(plan))
@@ -406,27 +461,30 @@ def per_group_markdown(t: Table, folder: Path, endpoint: str, against: str, w: D
       arms.append(label)
     refs = list(labels.values())
   student = {s: eval_groups(report) for s, report in students.items()}
-  seen = [g for v in [student, *values.values()] for groups in v.values() for g in groups]
-  groups = sorted(set(seen), key=lambda g: (g != "All", seen.index(g)))
+  return Endpoint(arms, values, student, _groups([student, *values.values()]), refs, plan, w, recorded)
 
+
+def per_group_markdown(e: Endpoint) -> str:
+  """Each arm's evaluation of its last checkpoint per task group ("All" first), mean ± sd over seeds, below the
+  student's (`student/eval_<endpoint>_s<seed>.json`, the start every arm shares); then for each reference method
+  every other arm's paired difference per group with its 95 % CI and Holm p over the arms."""
   def of(by_seed: Dict[int, Dict[str, float]], group: str) -> Dict[str, float]:
     return {str(s): v[group] for s, v in by_seed.items() if group in v}
 
-  lines = ["| arm | seeds | " + " | ".join(f"{g} (%)" for g in groups) + " | optimizer steps / iteration "
-           "| step samples / iteration |", "|---|---|" + "---|" * (len(groups) + 2)]
-  for name, by_seed, work_key in [("student (the start)", student, None)] + [(a, values[a], a) for a in arms]:
-    seeds = _seeds({str(s): 0.0 for s in by_seed}, plan.get(work_key) if work_key else None)
-    missing = "missing: recorded, not evaluated yet" if work_key in recorded else "missing: not run yet"
-    lines.append(f"| {name} | {seeds} | " + " | ".join(_cell(of(by_seed, g), missing) for g in groups)
-                 + f" | {_work_cells(w, work_key)} |")
-  for ref in refs:
-    base = values.get(ref, {})
-    paired = {g: paired_rows([(a, a, {s: v[g] for s, v in values[a].items() if g in v}) for a in arms if a != ref],
-                             {s: v[g] for s, v in base.items() if g in v}) for g in groups}
-    lines += ["", "| arm | " + " | ".join(f"− {ref}: {g}, paired [95 % CI] | Holm p" for g in groups) + " |",
-              "|---|" + "---|---|" * len(groups)]
-    for i, arm in enumerate(a for a in arms if a != ref):
-      lines.append(f"| {arm} | " + " | ".join(f"{_diff(paired[g][i])} | {_p(paired[g][i])}" for g in groups) + " |")
+  lines = ["| arm | seeds | " + " | ".join(f"{g} (%)" for g in e.groups) + " | optimizer steps / iteration "
+           "| step samples / iteration |", "|---|---|" + "---|" * (len(e.groups) + 2)]
+  for name, by_seed, work_key in [("student (the start)", e.student, None)] + [(a, e.values[a], a) for a in e.arms]:
+    seeds = _seeds({str(s): 0.0 for s in by_seed}, e.plan.get(work_key) if work_key else None)
+    missing = "missing: recorded, not evaluated yet" if work_key in e.recorded else "missing: not run yet"
+    lines.append(f"| {name} | {seeds} | " + " | ".join(_cell(of(by_seed, g), missing) for g in e.groups)
+                 + f" | {_work_cells(e.work, work_key)} |")
+  for ref in e.refs:
+    paired = e.paired(ref)
+    lines += ["", "| arm | " + " | ".join(f"− {ref}: {g}, paired [95 % CI] | Holm p" for g in e.groups) + " |",
+              "|---|" + "---|---|" * len(e.groups)]
+    for i, arm in enumerate(a for a in e.arms if a != ref):
+      lines.append(f"| {arm} | " + " | ".join(f"{_diff(paired[g][i])} | {_p(paired[g][i])}" for g in e.groups)
+                   + " |")
   return "\n".join(lines)
 
 
@@ -446,8 +504,12 @@ def report(folder: Path, block: Block = Block()) -> str:
   w = work(t)
   if block.horizon:
     return horizon_markdown(t, plan)
+  if block.per_seed:
+    if not block.endpoint:
+      raise SystemExit("--per_seed: give the evaluation it reads with --endpoint EVAL")
+    return per_seed_markdown(t, folder, block.endpoint, plan)
   if block.endpoint:
-    return per_group_markdown(t, folder, block.endpoint, block.against, w, plan)
+    return per_group_markdown(endpoint_arms(t, folder, block.endpoint, block.against, w, plan))
   against = block.against
   if against:
     method = against.rsplit(":", 1)[1]
@@ -480,15 +542,40 @@ def _forest(fx, rows: List[dict], reference: str) -> None:
   fx.set_xlabel(f"− {reference} at the last step, paired (points, 95 % CI)")
 
 
-def plot(folder: Path, path: str, against: str = "", horizon: bool = False) -> None:
+def _endpoint_forest(fig, e: Endpoint) -> None:
+  """One panel per reference method: each other arm's paired difference per task group with its 95 % CI."""
+  axes = fig.subplots(1, len(e.refs), squeeze=False)[0]
+  for ax, ref in zip(axes, e.refs):
+    paired, others = e.paired(ref), [a for a in e.arms if a != ref]
+    for k, g in enumerate(e.groups):
+      y = np.arange(len(others)) + (k - (len(e.groups) - 1) / 2) * 0.2
+      rows = paired[g]
+      shown = [i for i, r in enumerate(rows) if r.get("paired_seeds", 0) >= 2 and not np.isnan(r["ci"][0])]
+      diff = np.array([rows[i]["diff"] for i in shown])
+      lo, hi = (np.array([rows[i]["ci"][j] for i in shown]) for j in (0, 1))
+      ax.errorbar(diff, y[shown], xerr=[diff - lo, hi - diff], fmt="o", capsize=3, label=g)
+    ax.axvline(0.0, color="grey", lw=0.8)
+    ax.set_yticks(range(len(others)), others, fontsize=7)
+    ax.set_xlabel(f"− {ref}, paired (points, 95 % CI)", fontsize=8)
+  axes[0].legend(fontsize=7)
+
+
+def plot(folder: Path, path: str, against: str = "", horizon: bool = False, endpoint: str = "") -> None:
   """Main table: validation success (WebShop's: its task score) over iterations per method (seed mean, band ± sd)
   and the paired differences of success against GRPO at T = 1.0 with their 95 % CIs; `against`: the same two panels
-  against that method. Horizon: each of its quantities over the iterations."""
+  against that method. Horizon: each of its quantities over the iterations. `endpoint`: the per-group table's paired
+  differences, one panel per method `against` names."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
   t = load_table(folder)
-  if horizon:
+  if endpoint:
+    e = endpoint_arms(t, folder, endpoint, against, work(t), planned(folder))
+    if not e.refs:
+      raise SystemExit("--plot with --endpoint: name the methods to pair with in --against FOLDER:M1,M2")
+    fig = plt.figure(figsize=(5.5 * len(e.refs), 0.5 * len(e.arms) + 1.8))
+    _endpoint_forest(fig, e)
+  elif horizon:
     fig, axes = plt.subplots(1, len(HORIZON), figsize=(4 * len(HORIZON), 3.4))
     colour = dict(zip(sorted(t.runs), plt.cm.tab10.colors))  # a method keeps its colour in every panel
     for ax, (name, key) in zip(axes, HORIZON):
@@ -538,6 +625,8 @@ def parse(argv=None) -> argparse.Namespace:
   parser.add_argument("--endpoint", default="", metavar="EVAL",
                       help="the arms at evaluation EVAL of their last checkpoint, per task group, paired with each "
                            "method --against names (FOLDER:M1,M2)")
+  parser.add_argument("--per_seed", action="store_true",
+                      help="with --endpoint: one row per seed, the student and every arm, each group in one cell")
   parser.add_argument("--plot", default="")
   parser.add_argument("--doc", type=Path, default=None, help="rewrite this page's generated block (docs/results.md)")
   return parser.parse_args(argv)
@@ -555,7 +644,7 @@ def main(argv=None):
   if args.doc:
     update_doc(args.doc, text, args.folder, block)
   if args.plot:
-    plot(args.folder, args.plot, args.against, args.horizon)
+    plot(args.folder, args.plot, args.against, args.horizon, args.endpoint)
 
 
 if __name__ == "__main__":

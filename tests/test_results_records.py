@@ -241,6 +241,20 @@ def test_per_group_endpoint_table_by_hand(tmp_path):
   against_grpo = lines[len(lines) - lines[::-1].index("") + 2:]  # the second reference's table
   assert against_grpo[1].startswith("| static_best | +7.0 [")  # All: 30 − 20 and 26 − 22
   assert against_grpo[-1] == "| hcn_lad_routed | – | – | – | – | – | – |"
+  per_seed = report.report(folder, report.Block(endpoint="report16", per_seed=True)).splitlines()
+  assert per_seed[0] == "Per seed, All (Pick, Look) in %:"
+  assert per_seed[2] == ("| seed | student | hcn_lad | static_best | random_teacher | hcn_no_lad | hcn_lad_routed "
+                         "| continued_grpo |")
+  assert per_seed[5] == ("| 1 | 15.0 (20.0, 10.0) | 27.0 (20.0, 34.0) | 26.0 (16.0, 36.0) | – | – | – "
+                         "| 22.0 (30.0, 14.0) |")
+  assert [line.split(" | ")[0] for line in per_seed[4:]] == ["| 0", "| 1", "| 2", "| 3", "| 4"]  # the plan's seeds
+  with pytest.raises(SystemExit, match="--endpoint"):
+    report.report(folder, report.Block(per_seed=True))
+  png = tmp_path / "forest.png"  # the paired differences drawn, one panel per reference
+  report.plot(folder, str(png), f"{folder}:static_best,continued_grpo", endpoint="report16")
+  assert png.stat().st_size > 0
+  with pytest.raises(SystemExit, match="--against"):
+    report.plot(folder, str(png), endpoint="report16")
 
   # Another table's arms from the same student (configs/sweeps/composition.py) against this one's continued GRPO.
   other = tmp_path / "composition"
