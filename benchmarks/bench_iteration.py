@@ -9,7 +9,7 @@ iteration (env stepping, generation, advantages, the method's teacher scoring, u
 iteration apart (it compiles), how much of each part was still compilation (`compiling_s`: new shapes met after the
 first iteration), and each arm's ratio to the first arm (`grpo:float32`, today's default). An arm `method:dtype@REF`
 runs the code of git revision REF (a worktree of it, on PYTHONPATH), so that code before and after a change is timed
-in one paired run.
+in one paired run; `+field=value` suffixes set config fields of that arm alone.
 
 The compilation cache: every arm's first round runs on an empty JAX cache folder of its own and the next rounds
 reuse it, so `first_iteration_s` of round 1 (compiling) against rounds 2.. (loading) shows what the persistent
@@ -18,6 +18,8 @@ cache saves, and `first_over_later` whether a cached run's first iteration is as
   python benchmarks/bench_iteration.py --warm_start runs/precision_ab/warm_start --out /tmp/iteration.json
   python benchmarks/bench_iteration.py --warm_start W --arms grpo:float32,grpo:bfloat16,sdar:bfloat16 --repeats 2
   python benchmarks/bench_iteration.py --warm_start W --arms grpo:float32@d7e18ff,grpo:float32 --repeats 1
+  python benchmarks/bench_iteration.py --warm_start W \
+    --arms grpo:float32,skill_grpo:float32,skill_grpo:float32+rollout.max_prompt_tokens=1024
 """
 from __future__ import annotations
 
@@ -46,10 +48,15 @@ log = logger("bench_iteration")
 
 
 def parse_arm(arm: str) -> tuple:
-  """"method:dtype[@REV]" -> (method, dtype, REV or "")."""
+  """"method:dtype[@REV][+field=value...]" -> (method, dtype, REV or "", the config overrides "field=value", ...)."""
+  arm, *overrides = arm.split("+")
   method, rest = arm.split(":")
   dtype, _, rev = rest.partition("@")
-  return method, dtype, rev
+  return (method, dtype, rev, *overrides)
+
+
+def arm_name(method: str, dtype: str, rev: str = "", *overrides: str) -> str:
+  return f"{method}:{dtype}" + (f"@{rev}" if rev else "") + "".join(f"+{o}" for o in overrides)
 
 
 def checkout(ref: str, tmp: Path) -> Path:
@@ -63,7 +70,7 @@ def checkout(ref: str, tmp: Path) -> Path:
   return tree
 
 
-def run_arm(method: str, dtype: str, tree: Path, args, workdir: Path, cache_dir: Path) -> dict:
+def run_arm(method: str, dtype: str, tree: Path, args, workdir: Path, cache_dir: Path, overrides=()) -> dict:
   variant = "" if method == "grpo" else f":{method}"
   config = f"--config={tree / 'configs' / 'alfworld.py'}{variant}"
   cmd = [sys.executable, str(tree / "experiments" / "train.py"), config,
@@ -71,7 +78,7 @@ def run_arm(method: str, dtype: str, tree: Path, args, workdir: Path, cache_dir:
          "--config.warm_start_step=0",
          f"--config.model.dtype={dtype}", f"--config.grpo.iterations={args.iterations}",
          "--config.validation.every=1000", "--config.validation.num_tasks=4", "--config.validation.attempts=1",
-         "--config.logging.plot=False", "--config.logging.tensorboard=False"]
+         "--config.logging.plot=False", "--config.logging.tensorboard=False"] + [f"--config.{o}" for o in overrides]
   if "reuse_warm_start" in (tree / "agentopd_jax" / "training" / "config.py").read_text():
     cmd.append("--config.reuse_warm_start=False")  # a revision from before warm-start reuse lacks the field
   env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(cache_dir), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
@@ -90,13 +97,15 @@ def run_arm(method: str, dtype: str, tree: Path, args, workdir: Path, cache_dir:
           # of those seconds, compiling or loading executables (the trainer's `compile/*`), and how many
           "compiling_later": {k: round(sum(r.get(f"compile/{k}", 0.0) for r in later) / len(later), 2)
                               for k in ("generate_s", "advantage_s", "update_s", "compile_s", "programs", "cache_hits")},
-          "samples": sum(r.get("batch/samples", 0) for r in later) / len(later)}
+          "samples": sum(r.get("batch/samples", 0) for r in later) / len(later),
+          "prompt_truncations": sum(r.get("rollout/prompt_truncations", 0) for r in later) / len(later)}
 
 
 def main(argv=None) -> dict:
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--warm_start", required=True, help="a finished run whose step-0 checkpoint every arm starts from")
-  p.add_argument("--arms", default=DEFAULT_ARMS, help="comma-separated method:dtype; the first is the reference")
+  p.add_argument("--arms", default=DEFAULT_ARMS,
+                 help="comma-separated method:dtype[@REV][+field=value...]; the first is the reference")
   p.add_argument("--iterations", type=int, default=4)
   p.add_argument("--repeats", type=int, default=2, help="rounds; round 1 compiles, later rounds load the cache")
   p.add_argument("--out", default=None)
@@ -106,17 +115,17 @@ def main(argv=None) -> dict:
   with tempfile.TemporaryDirectory(prefix="bench_iteration_") as tmp:
     try:
       for r in range(args.repeats):
-        for method, dtype, ref in arms:
-          name = f"{method}_{dtype}_{ref}"
-          log(f"round {r + 1}: {method} {dtype} {ref or 'this checkout'}")
-          rounds[(method, dtype, ref)].append(run_arm(method, dtype, checkout(ref, Path(tmp)), args,
-                                                      Path(tmp) / f"{name}_{r}", Path(tmp) / f"cache_{name}"))
+        for i, (method, dtype, ref, *overrides) in enumerate(arms):
+          name = f"{i}_{method}_{dtype}_{ref}"  # an arm's own cache folder, whatever its overrides
+          log(f"round {r + 1}: {arm_name(method, dtype, ref, *overrides)} ({ref or 'this checkout'})")
+          rounds[arms[i]].append(run_arm(method, dtype, checkout(ref, Path(tmp)), args, Path(tmp) / f"{name}_{r}",
+                                         Path(tmp) / f"cache_{name}", overrides))
     finally:
       subprocess.run(["git", "-C", str(ROOT), "worktree", "prune"], capture_output=True)
   out = {"what": __doc__.split("\n\n")[0], "warm_start": args.warm_start, "iterations": args.iterations,
          "cpu_threads": len(os.sched_getaffinity(0)), "arms": {}}
   first = None
-  for (method, dtype, rev), runs in rounds.items():
+  for arm, runs in rounds.items():
     cached = runs[1:] or runs
     later = {part: round(sum(x["later"][part] for x in runs) / len(runs), 2) for part in PARTS}
     compiling = {k: round(sum(x["compiling_later"][k] for x in runs) / len(runs), 2) for k in runs[0]["compiling_later"]}
@@ -126,9 +135,9 @@ def main(argv=None) -> dict:
     entry["first_over_later"] = round(entry["first_iteration_cached_s"] / later["iteration"], 2)
     first = first or entry
     entry["speedup_vs_first_arm"] = round(first["iteration_s"] / later["iteration"], 2)
-    out["arms"][f"{method}:{dtype}" + (f"@{rev}" if rev else "")] = entry
+    out["arms"][arm_name(*arm)] = entry
   for name, entry in out["arms"].items():
-    grpo = out["arms"].get("grpo:" + name.split(":")[1])  # same precision, same revision
+    grpo = out["arms"].get("grpo:" + name.split(":")[1].split("+")[0])  # same precision and revision
     if grpo is not None:  # the method's iteration against GRPO's in the same precision
       entry["over_grpo_same_precision"] = round(entry["iteration_s"] / grpo["iteration_s"], 2)
   emit_json(out, args.out)

@@ -222,3 +222,7 @@ def test_train_and_evaluate_entry_points_run_the_env(tmp_path, name):
   traces = [json.loads(line) for line in open(os.path.join(workdir, "eval", "traces.jsonl"))]
   assert len(traces) == 4 and all(len(t["steps"]) == t["length"] >= 1 for t in traces)
   assert {t["problem"] for t in traces} == set(problems)
+  if name == "searchqa":  # the skills in the user message, as Skill-GRPO's student reads them: its prompts whole
+    _cli("evaluate.py", name, workdir, "--step=latest", "--skill_prompt=user", variant=":sdar")
+    label = open(os.path.join(workdir, "eval", "eval.md")).read()
+    assert "with skills (user, " in label and "prompts up to 2048 tokens" in label

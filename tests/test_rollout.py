@@ -65,10 +65,10 @@ class OracleText(AlfworldText):
     return self.plan[len(self.memory)], 1
 
 
-def _run(setup, layout, text_env, max_steps=MAX_STEPS, max_response_tokens=12):
+def _run(setup, layout, text_env, max_steps=MAX_STEPS, max_response_tokens=12, max_prompt_tokens=2048):
   games, tokenizer, config, params, sampler = setup
   tasks, groups = group_tasks(games, 2)
-  cfg = RolloutConfig(layout=layout, max_steps=max_steps, max_prompt_tokens=2048,
+  cfg = RolloutConfig(layout=layout, max_steps=max_steps, max_prompt_tokens=max_prompt_tokens,
                       max_response_tokens=max_response_tokens, max_total_tokens=3072)
   with VectorEnv(functools.partial(AlfworldEnv, "fast"), num_workers=2, num_envs=len(tasks)) as venv:
     engine = RolloutEngine(sampler, tokenizer, venv, text_env, cfg)
@@ -81,6 +81,20 @@ def _scored(setup, samples):
   scores = make_score_fn(config, ScoreConfig(reference=False, top_k=0, entropy=False))(
       params, None, None, jax.tree.map(jnp.asarray, batch.score_batch()))
   return batch, np.asarray(scores.policy_logprobs)
+
+
+def test_over_long_prompts_keep_their_last_tokens_and_are_counted(setup):
+  """A step prompt over `max_prompt_tokens` keeps its last tokens, and the rollout counts it (the trainer logs
+  `rollout/prompt_truncations`)."""
+  _, tokenizer, *_ = setup
+  whole = functools.partial(AlfworldText, compact=True)
+  limit = 300  # these games' compact prompts: about 240 to 300 tokens at the first turn, up to about 430 later
+  rollout, _ = _run(setup, "step", whole, max_steps=3, max_response_tokens=8, max_prompt_tokens=limit)
+  full = [ChatFormat(tokenizer).prompt_ids(s.prompt_text) for s in rollout.samples]
+  over = sum(len(ids) > limit for ids in full)
+  assert 0 < over < len(full)
+  assert rollout.stats["prompt_truncations"] == over
+  assert all(s.prompt_ids == ids[-limit:] for s, ids in zip(rollout.samples, full))
 
 
 @pytest.mark.parametrize("layout", ["step", "trajectory"])
@@ -143,6 +157,7 @@ def test_masks_ids_and_logprobs_line_up(setup, layout):
   rows = {turn: sum(t == turn for t, _ in blocks) for turn in longest}  # the rows each turn decodes: its live ones
   width = (lambda r: -(-r // 8) * 8) if layout == "step" else (lambda r: len(rollout.episodes))  # batch_bucket 8
   assert rollout.stats["decode_row_steps"] == sum(width(rows[t]) * longest[t] for t in longest)
+  assert rollout.stats["prompt_truncations"] == 0
   batch, trainer_logprobs = _scored(setup, samples)
   for b, s in enumerate(samples):
     generated = np.zeros(batch.tokens.shape[1], bool)

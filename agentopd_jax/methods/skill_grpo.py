@@ -13,6 +13,9 @@ from agentopd_jax.methods.base import Method, MethodContext, Iteration, Signals
 from agentopd_jax.skills.context import SkillContext
 
 
+SKILL_PROMPT_TOKENS = 2048  # SDAR's ALFWorld max_prompt_length, which no student prompt may exceed
+
+
 class SkillGrpo(Method):
   name = "skill_grpo"
   objective = "grpo"
@@ -27,11 +30,15 @@ class SkillGrpo(Method):
   @staticmethod
   def preset(c, paper: bool):
     """Skill-GRPO on top of a run config, as SDAR's table runs it: KM-retrieved skills in the student's prompt; the
-    workdir gets "_skill_grpo"."""
+    workdir gets "_skill_grpo". Prompts of at least SKILL_PROMPT_TOKENS: the skills its collector matches anywhere in
+    the prompt add up to ~700 tokens, and SDAR never cuts a student prompt (ALFWorld: 2048, `truncation=error`),
+    where a CPU default's limit would cut a third of them, skills first (and give each cut prompt a head of its own
+    in the update, `train_step.make_minibatches`)."""
     del paper
     c.method = "skill_grpo"
     c.workdir = f"{c.workdir}_skill_grpo"
     c.skills.retrieval = "km"
+    c.rollout.max_prompt_tokens = max(c.rollout.max_prompt_tokens, SKILL_PROMPT_TOKENS)
     return c
 
   def start(self, ctx: MethodContext) -> None:

@@ -347,7 +347,8 @@ class Trainer:
     metrics.update({f"compile/{k}": compiled[-1][k] - compiled[0][k] for k in ("compile_s", "programs", "cache_hits")})
     # This process's rollout work (multi-host: its own share, played in parallel with the others').
     metrics.update({f"rollout/{k}": it.rollout.stats[k]
-                    for k in ("prefill_tokens", "generated_tokens", "decode_steps", "decode_row_steps")})
+                    for k in ("prefill_tokens", "generated_tokens", "decode_steps", "decode_row_steps",
+                              "prompt_truncations")})
     metrics.update({f"rollout/{k}": v for k, v in it.rollout.stats.items() if k.startswith("refill_")})
     counts = np.sum(distributed.allgather([  # over every process's share
         len(samples), len(trained), sum(b.tokens.shape[0] * b.tokens.shape[1] for b in minibatches),
