@@ -14,9 +14,10 @@ validation sampling (temperature) on its fixed panel. `--traces` also writes `tr
 outcome, env infos and each step's reply. `--skill_prompt` is the
 Skill-Prompt evaluation: every prompt carries the skills retrieved from the env's bank (`skills.bank_dir`,
 `skills.retrieval`), "raw" before the chat template as SDAR's privileged teacher reads them, "user" inside the user
-message as Skill-GRPO's student does (with its prompts whole: at least `SKILL_PROMPT_TOKENS`, as its preset sets). `--opid_hindsight` plays the panel again with the oracle analyzer's episode
-skill of each first play spliced in as OPID injects it, and reports the paired difference
-(`agentopd_jax/methods/opid/retry.py`; the report's `opid_hindsight` entry, the first play being the plain one).
+message as Skill-GRPO's student does, its prompts whole as its preset keeps them (`skill_grpo.keep_prompts_whole`).
+`--opid_hindsight` plays the panel again with the oracle analyzer's episode skill of each first play spliced in as
+OPID injects it, and reports the paired difference (`agentopd_jax/methods/opid/retry.py`; the report's
+`opid_hindsight` entry, the first play being the plain one).
 `--panel_half` plays one half of the panel as Agentic-OPD's held-out split cuts it (`agentic_opd.selection_panel`):
 "report", the problems no teacher choice has seen, or "selection".
 """
@@ -36,7 +37,7 @@ from agentopd_jax.methods.agentic_opd.pool import split_panel
 from agentopd_jax.methods.opid.injection import Anchors
 from agentopd_jax.methods.opid.oracle import OracleAnalyzer
 from agentopd_jax.methods.opid.retry import hindsight_skills, retry_context, retry_summary
-from agentopd_jax.methods.skill_grpo import SKILL_PROMPT_TOKENS
+from agentopd_jax.methods.skill_grpo import keep_prompts_whole
 from agentopd_jax.skills.context import SkillContext
 from agentopd_jax.storage.logs import configure_cli_logging
 from agentopd_jax.training.assembly import (
@@ -93,8 +94,8 @@ def main(argv):
   host_memory.tune()  # before JAX starts its backend
   configure_cli_logging()
   c = _CONFIG.value
-  if _SKILL_PROMPT.value == "user":  # Skill-GRPO's student prompts, whole as its preset keeps them
-    c.rollout.max_prompt_tokens = max(c.rollout.max_prompt_tokens, SKILL_PROMPT_TOKENS)
+  if _SKILL_PROMPT.value == "user":  # Skill-GRPO's student prompts
+    keep_prompts_whole(c)
   mesh = make_mesh(tuple(c.mesh_shape))
   config, params, tokenizer, label = _params(c, mesh)
   attempts = _ATTEMPTS.value or c.validation.attempts

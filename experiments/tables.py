@@ -389,30 +389,6 @@ def _groups(tables: List[Dict[int, Dict[str, float]]]) -> List[str]:
   return sorted(set(seen), key=lambda g: (g != "All", seen.index(g)))
 
 
-def per_seed_markdown(t: Table, folder: Path, endpoint: str, plan: Dict[str, List[int]]) -> str:
-  """One row per seed: the student's evaluation `eval_<endpoint>` and each arm's, every group in one cell ("All"
-  first, the others in brackets), so that a reader sees which arm is above the student on which seed; a planned
-  seed without its evaluation is a dash."""
-  arms = list(plan) + sorted(set(t.runs) - set(plan))
-  values = _endpoint_values(t, arms, endpoint)
-  student = {s: eval_groups(report) for s, report in _students(folder, endpoint).items()}
-  groups = _groups([student, *values.values()])
-  seeds = sorted({s for v in [student, *values.values()] for s in v} | {s for p in plan.values() for s in p})
-
-  def cell(by_seed: Dict[int, Dict[str, float]], seed: int) -> str:
-    v = by_seed.get(seed)
-    if v is None:
-      return "–"
-    rest = ", ".join(f"{v[g]:.1f}" if g in v else "–" for g in groups[1:])
-    return f"{v[groups[0]]:.1f}" + (f" ({rest})" if rest else "")
-
-  order = f"{groups[0]} ({', '.join(groups[1:])})" if len(groups) > 1 else "".join(groups)
-  lines = [f"Per seed, {order} in %:", "", "| seed | student | " + " | ".join(arms) + " |",
-           "|---|---|" + "---|" * len(arms)]
-  lines += [f"| {s} | {cell(student, s)} | " + " | ".join(cell(values[a], s) for a in arms) + " |" for s in seeds]
-  return "\n".join(lines)
-
-
 @dataclasses.dataclass
 class Endpoint:
   """A per-group table's contents: each arm's {seed: {group: success %}} at one evaluation, the student's, the
@@ -464,6 +440,27 @@ def endpoint_arms(t: Table, folder: Path, endpoint: str, against: str, w: Dict[s
   return Endpoint(arms, values, student, _groups([student, *values.values()]), refs, plan, w, recorded)
 
 
+def per_seed_markdown(e: Endpoint) -> str:
+  """One row per seed: the student's evaluation and each arm's, every group in one cell ("All" first, the others in
+  brackets), so that a reader sees which arm is above the student on which seed; a planned seed without its
+  evaluation is a dash."""
+  seeds = sorted({s for v in [e.student, *e.values.values()] for s in v} | {s for p in e.plan.values() for s in p})
+
+  def cell(by_seed: Dict[int, Dict[str, float]], seed: int) -> str:
+    v = by_seed.get(seed)
+    if v is None:
+      return "–"
+    rest = ", ".join(f"{v[g]:.1f}" if g in v else "–" for g in e.groups[1:])
+    return f"{v[e.groups[0]]:.1f}" + (f" ({rest})" if rest else "")
+
+  order = f"{e.groups[0]} ({', '.join(e.groups[1:])})" if len(e.groups) > 1 else "".join(e.groups)
+  lines = [f"Per seed, {order} in %:", "", "| seed | student | " + " | ".join(e.arms) + " |",
+           "|---|---|" + "---|" * len(e.arms)]
+  lines += [f"| {s} | {cell(e.student, s)} | " + " | ".join(cell(e.values[a], s) for a in e.arms) + " |"
+            for s in seeds]
+  return "\n".join(lines)
+
+
 def per_group_markdown(e: Endpoint) -> str:
   """Each arm's evaluation of its last checkpoint per task group ("All" first), mean ± sd over seeds, below the
   student's (`student/eval_<endpoint>_s<seed>.json`, the start every arm shares); then for each reference method
@@ -507,7 +504,7 @@ def report(folder: Path, block: Block = Block()) -> str:
   if block.per_seed:
     if not block.endpoint:
       raise SystemExit("--per_seed: give the evaluation it reads with --endpoint EVAL")
-    return per_seed_markdown(t, folder, block.endpoint, plan)
+    return per_seed_markdown(endpoint_arms(t, folder, block.endpoint, "", w, plan))
   if block.endpoint:
     return per_group_markdown(endpoint_arms(t, folder, block.endpoint, block.against, w, plan))
   against = block.against

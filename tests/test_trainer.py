@@ -103,7 +103,8 @@ def test_run_records_checkpoints_outcomes_and_logs(uninterrupted):
   train = [r for r in records if r["phase"] == "train"]
   assert [r["step"] for r in train] == list(range(1, ITERATIONS + 1))
   for key in ("actor/pg_loss", "actor/kl", "actor/entropy", "actor/pg_clipfrac", "rollout/logprob_drift",
-              "rollout/prompt_truncations", "timing_s/gen", "timing_s/update_actor", "episode/success_rate", "compile/compile_s", "compile/update_s"):
+              "rollout/prompt_truncations", "timing_s/gen", "timing_s/update_actor", "episode/success_rate",
+              "compile/compile_s", "compile/update_s"):
     assert all(key in r for r in train), key
   # the first iteration builds (or loads from the cache) the GRPO train step: its compilation is logged apart
   assert train[0]["compile/programs"] >= 1 and 0 < train[0]["compile/update_s"] <= train[0]["timing_s/update_actor"]

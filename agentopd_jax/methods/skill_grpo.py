@@ -16,6 +16,15 @@ from agentopd_jax.skills.context import SkillContext
 SKILL_PROMPT_TOKENS = 2048  # SDAR's ALFWorld max_prompt_length, which no student prompt may exceed
 
 
+def keep_prompts_whole(c) -> None:
+  """Raises run config `c`'s prompt limit to SKILL_PROMPT_TOKENS where it is lower: the skills Skill-GRPO's
+  collector matches anywhere in the prompt add up to ~700 tokens, and SDAR never cuts a student prompt (ALFWorld:
+  2048, `truncation=error`), where a CPU default's limit of 1024 would cut about 30 % of them, skills first, and give
+  each cut prompt a head of its own in the update (`train_step.make_minibatches`). The preset and
+  `evaluate.py --skill_prompt=user` (the same student prompts) call it."""
+  c.rollout.max_prompt_tokens = max(c.rollout.max_prompt_tokens, SKILL_PROMPT_TOKENS)
+
+
 class SkillGrpo(Method):
   name = "skill_grpo"
   objective = "grpo"
@@ -30,15 +39,12 @@ class SkillGrpo(Method):
   @staticmethod
   def preset(c, paper: bool):
     """Skill-GRPO on top of a run config, as SDAR's table runs it: KM-retrieved skills in the student's prompt; the
-    workdir gets "_skill_grpo". Prompts of at least SKILL_PROMPT_TOKENS: the skills its collector matches anywhere in
-    the prompt add up to ~700 tokens, and SDAR never cuts a student prompt (ALFWorld: 2048, `truncation=error`),
-    where a CPU default's limit would cut a third of them, skills first (and give each cut prompt a head of its own
-    in the update, `train_step.make_minibatches`)."""
+    workdir gets "_skill_grpo"; its prompts kept whole (`keep_prompts_whole`)."""
     del paper
     c.method = "skill_grpo"
     c.workdir = f"{c.workdir}_skill_grpo"
     c.skills.retrieval = "km"
-    c.rollout.max_prompt_tokens = max(c.rollout.max_prompt_tokens, SKILL_PROMPT_TOKENS)
+    keep_prompts_whole(c)
     return c
 
   def start(self, ctx: MethodContext) -> None:
